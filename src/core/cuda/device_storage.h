@@ -1,0 +1,44 @@
+// Device memory and copies. Implemented in device_storage.cu when CUDA is built; otherwise every
+// call fails with an error saying this binary was built without CUDA.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "core/device.h"
+
+namespace pagoda {
+class Storage;
+}
+
+namespace pagoda::cuda {
+
+constexpr int kMaxDims = 8;
+
+// Shape and element strides of a strided tensor, passed by value to kernels.
+struct StridedLayout {
+  int num_dims = 0;
+  int64_t shape[kMaxDims] = {};
+  int64_t strides[kMaxDims] = {};
+};
+
+bool available_in_build();
+int device_count();  // 0 when no device or driver is present
+
+// Zero-filled device memory on GPU `device_index`.
+std::shared_ptr<Storage> allocate_device(int64_t size_bytes, int device_index);
+
+// Copies bytes where at least one side is device memory.
+void copy_bytes(std::byte* dst, Device dst_device, const std::byte* src, Device src_device,
+                int64_t size);
+
+// Elementwise copy between two device tensors of the same shape; element size 1, 2, 4 or 8 bytes.
+void strided_copy(std::byte* dst, const StridedLayout& dst_layout, const std::byte* src,
+                  const StridedLayout& src_layout, int element_size, int device_index);
+
+// Writes the `element_size`-byte pattern to every element of a device tensor.
+void strided_fill(std::byte* dst, const StridedLayout& layout, uint64_t pattern, int element_size,
+                  int device_index);
+
+}  // namespace pagoda::cuda

@@ -1,0 +1,33 @@
+#include "core/device.h"
+
+#include "core/cuda/device_storage.h"
+#include "core/error.h"
+
+namespace pagoda {
+
+std::string Device::to_string() const {
+  return type == DeviceType::kCpu ? "cpu" : "cuda:" + std::to_string(index);
+}
+
+Device parse_device(const std::string& text) {
+  if (text == "cpu") return Device::cpu();
+  if (text == "cuda") return Device::cuda(0);
+  if (text.starts_with("cuda:")) {
+    const std::string digits = text.substr(5);
+    if (!digits.empty() && digits.size() <= 4 &&
+        digits.find_first_not_of("0123456789") == std::string::npos) {
+      return Device::cuda(std::stoi(digits));
+    }
+  }
+  fail("unknown device '{}'; expected cpu, cuda or cuda:N", text);
+}
+
+bool built_with_cuda() {
+  return cuda::available_in_build();
+}
+
+int cuda_device_count() {
+  return cuda::device_count();
+}
+
+}  // namespace pagoda

@@ -1,0 +1,30 @@
+// Where a tensor's bytes live.
+#pragma once
+
+#include <string>
+
+namespace pagoda {
+
+enum class DeviceType { kCpu, kCuda };
+
+struct Device {
+  DeviceType type = DeviceType::kCpu;
+  int index = 0;
+
+  static Device cpu() { return {}; }
+  static Device cuda(int index = 0) { return {DeviceType::kCuda, index}; }
+  bool is_cpu() const { return type == DeviceType::kCpu; }
+  bool operator==(const Device& other) const { return type == other.type && index == other.index; }
+  bool operator!=(const Device& other) const { return !(*this == other); }
+  std::string to_string() const;  // "cpu", "cuda:0"
+};
+
+// Parses "cpu", "cuda" or "cuda:N". Throws Error naming the value.
+Device parse_device(const std::string& text);
+
+// True when this binary was built with CUDA support.
+bool built_with_cuda();
+// CUDA devices visible to this process; 0 without CUDA or without a GPU.
+int cuda_device_count();
+
+}  // namespace pagoda

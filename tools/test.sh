@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# The full test suite: install dependencies, then build and run every test twice — a normal build
+# and one under AddressSanitizer + UndefinedBehaviorSanitizer. CUDA sources compile whenever nvcc
+# is present (CUDA tests skip themselves without a GPU).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source tools/install_deps.sh
+pagoda_install_deps
+mkdir -p build
+
+echo "== normal build"
+pagoda_build build/release
+ctest --test-dir build/release --output-on-failure -j "$(nproc)"
+
+echo "== ASan + UBSan build"
+pagoda_build build/asan -DPAGODA_SANITIZE=ON
+ASAN_OPTIONS=protect_shadow_gap=0:detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+  ctest --test-dir build/asan --output-on-failure -j "$(nproc)"
