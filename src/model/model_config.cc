@@ -1,0 +1,160 @@
+#include "model/model_config.h"
+
+#include <fmt/ranges.h>
+
+#include <fstream>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "core/error.h"
+#include "model/arch/arch_configs.h"
+
+namespace pagoda {
+namespace {
+
+using LayerReader = void (*)(const ConfigReader&, ModelConfig&);
+
+struct Architecture {
+  const char* name;        // as in "architectures"
+  const char* model_type;  // the top-level model_type that implies it
+  LayerReader read_layers;
+  bool nested_text_config;  // text fields live under "text_config"
+};
+
+constexpr Architecture kArchitectures[] = {
+    {"LlamaForCausalLM", "llama", read_llama_layers, false},
+    {"Qwen3ForCausalLM", "qwen3", read_qwen3_layers, false},
+    {"Gemma4ForCausalLM", "gemma4_text", read_gemma4_layers, false},
+    {"Gemma4ForConditionalGeneration", "gemma4", read_gemma4_layers, true},
+    {"Gemma4AssistantForCausalLM", "gemma4_assistant", read_gemma4_assistant_layers, true},
+    {"MiMoV2FlashForCausalLM", "mimo_v2_flash", read_mimo_v2_flash_layers, false},
+};
+
+const Architecture& find_architecture(const ConfigReader& config) {
+  std::string name;
+  if (auto names = config.optional_string_list("architectures"); names && !names->empty()) {
+    name = names->front();
+    for (const Architecture& arch : kArchitectures) {
+      if (name == arch.name) return arch;
+    }
+  } else if (auto model_type = config.optional_string("model_type")) {
+    name = "model_type " + *model_type;
+    for (const Architecture& arch : kArchitectures) {
+      if (*model_type == arch.model_type) return arch;
+    }
+  } else {
+    fail(
+        "{}: neither 'architectures' nor 'model_type' is set, so the architecture is unknown; "
+        "supported: {}",
+        config.source(), fmt::join(supported_architectures(), ", "));
+  }
+  fail("{}: unsupported architecture '{}'; supported: {}", config.source(), name,
+       fmt::join(supported_architectures(), ", "));
+}
+
+std::optional<DType> read_dtype(const ConfigReader& config) {
+  for (const char* key : {"dtype", "torch_dtype"}) {
+    if (auto name = config.optional_string(key)) {
+      try {
+        return parse_dtype(*name);
+      } catch (const Error&) {
+        config.fail_field(key, "is '" + *name + "'; expected float32, float16 or bfloat16");
+      }
+    }
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::string_view attention_kind_name(AttentionKind kind) {
+  return kind == AttentionKind::kFull ? "full" : "sliding";
+}
+
+bool ModelConfig::needs_target() const {
+  for (const LayerAttentionConfig& layer : layers) {
+    if (layer.kv_source == KvSource::kTargetLastOfKind) return true;
+  }
+  return false;
+}
+
+std::vector<std::string> supported_architectures() {
+  std::vector<std::string> names;
+  for (const Architecture& arch : kArchitectures)
+    names.emplace_back(arch.name);
+  return names;
+}
+
+ModelConfig parse_model_config(const nlohmann::json& json, const std::string& source) {
+  const ConfigReader config(json, source);
+  const Architecture& arch = find_architecture(config);
+  const ConfigReader text =
+      arch.nested_text_config || config.has("text_config") ? config.child("text_config") : config;
+  ModelConfig model;
+  model.source = source;
+  model.architecture = arch.name;
+  model.model_type = config.optional_string("model_type")
+                         .value_or(text.optional_string("model_type").value_or(arch.model_type));
+  model.dtype = read_dtype(text);
+  if (!model.dtype) model.dtype = read_dtype(config);
+  model.max_position_embeddings = text.positive("max_position_embeddings");
+  model.vocab_size = text.positive("vocab_size");
+  model.hidden_size = text.positive("hidden_size");
+  arch.read_layers(text, model);
+  return model;
+}
+
+ModelConfig load_model_config(const std::string& model_dir) {
+  const std::string path = model_dir + "/config.json";
+  std::ifstream file(path);
+  if (!file) fail("cannot read '{}': no such file or not readable", path);
+  std::stringstream contents;
+  contents << file.rdbuf();
+  nlohmann::json json;
+  try {
+    json = nlohmann::json::parse(contents.str());
+  } catch (const nlohmann::json::parse_error& error) {
+    fail("{}: malformed JSON at byte {}: {}", path, error.byte, error.what());
+  }
+  return parse_model_config(json, path);
+}
+
+std::string attention_layer_name(int64_t index) {
+  return fmt::format("model.layers.{}.self_attn", index);
+}
+
+std::vector<AttentionKind> parse_layer_types(const ConfigReader& text, int64_t num_layers) {
+  const auto types = text.optional_string_list("layer_types");
+  PAGODA_CHECK(types.has_value(), "parse_layer_types needs layer_types");
+  if (static_cast<int64_t>(types->size()) != num_layers) {
+    text.fail_field("layer_types", fmt::format("has {} entries; num_hidden_layers is {}",
+                                               types->size(), num_layers));
+  }
+  std::vector<AttentionKind> kinds;
+  for (const std::string& type : *types) {
+    if (type == "full_attention") {
+      kinds.push_back(AttentionKind::kFull);
+    } else if (type == "sliding_attention") {
+      kinds.push_back(AttentionKind::kSliding);
+    } else {
+      text.fail_field("layer_types",
+                      "has entry '" + type + "'; expected full_attention or sliding_attention");
+    }
+  }
+  return kinds;
+}
+
+HeadCounts read_head_counts(const ConfigReader& text, const std::string& q_key,
+                            const std::string& kv_key) {
+  HeadCounts heads;
+  heads.num_q_heads = text.positive(q_key);
+  heads.num_kv_heads = text.positive_or(kv_key, heads.num_q_heads);
+  if (heads.num_q_heads % heads.num_kv_heads != 0) {
+    text.fail_field(q_key, fmt::format("is {}, which is not a multiple of {} = {}",
+                                       heads.num_q_heads, kv_key, heads.num_kv_heads));
+  }
+  return heads;
+}
+
+}  // namespace pagoda

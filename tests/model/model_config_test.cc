@@ -1,0 +1,288 @@
+#include "model/model_config.h"
+
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <cstdlib>
+
+#include "core/error.h"
+
+namespace pagoda {
+namespace {
+
+std::string example(const std::string& name) {
+  return std::string(PAGODA_SOURCE_DIR) + "/examples/configs/" + name;
+}
+
+// Expects parse_model_config(config) to throw an Error whose message contains every fragment.
+void expect_error(const nlohmann::json& config, const std::vector<std::string>& fragments) {
+  try {
+    parse_model_config(config, "test.json");
+    ADD_FAILURE() << "expected an error for " << config.dump();
+  } catch (const Error& error) {
+    for (const std::string& fragment : fragments) {
+      EXPECT_NE(std::string(error.what()).find(fragment), std::string::npos)
+          << "'" << error.what() << "' lacks '" << fragment << "'";
+    }
+  }
+}
+
+nlohmann::json tiny_llama() {
+  return {{"architectures", {"LlamaForCausalLM"}},
+          {"hidden_size", 64},
+          {"num_attention_heads", 4},
+          {"num_key_value_heads", 2},
+          {"num_hidden_layers", 2},
+          {"max_position_embeddings", 128},
+          {"vocab_size", 100}};
+}
+
+TEST(ModelConfigTest, Llama3_8B) {
+  const ModelConfig model = load_model_config(example("llama-3-8b"));
+  EXPECT_EQ(model.architecture, "LlamaForCausalLM");
+  EXPECT_EQ(model.dtype, DType::kBF16);
+  EXPECT_EQ(model.max_position_embeddings, 8192);
+  ASSERT_EQ(model.layers.size(), 32u);
+  for (const LayerAttentionConfig& layer : model.layers) {
+    EXPECT_EQ(layer.kind, AttentionKind::kFull);
+    EXPECT_EQ(layer.num_q_heads, 32);
+    EXPECT_EQ(layer.num_kv_heads, 8);
+    EXPECT_EQ(layer.head_size_k, 128);  // hidden_size / num_attention_heads
+    EXPECT_EQ(layer.head_size_v, 128);
+    EXPECT_EQ(layer.kv_source, KvSource::kOwn);
+  }
+  EXPECT_EQ(model.layers[7].name, "model.layers.7.self_attn");
+}
+
+TEST(ModelConfigTest, Gemma4E2B) {
+  const ModelConfig model = load_model_config(example("gemma-4-e2b"));
+  EXPECT_EQ(model.architecture, "Gemma4ForConditionalGeneration");
+  EXPECT_EQ(model.model_type, "gemma4");
+  ASSERT_EQ(model.layers.size(), 35u);
+  // 4 sliding : 1 full; sliding head 256, full head 512, one KV head each.
+  for (int i = 0; i < 35; ++i) {
+    const LayerAttentionConfig& layer = model.layers[i];
+    const bool full = (i + 1) % 5 == 0;
+    EXPECT_EQ(layer.kind, full ? AttentionKind::kFull : AttentionKind::kSliding) << i;
+    EXPECT_EQ(layer.head_size_k, full ? 512 : 256) << i;
+    EXPECT_EQ(layer.num_kv_heads, 1);
+    EXPECT_EQ(layer.sliding_window, full ? 0 : 512);
+    // The last 20 layers are shared: sliding ones read layer 13, full ones layer 14.
+    if (i < 15) {
+      EXPECT_EQ(layer.kv_source, KvSource::kOwn) << i;
+    } else {
+      EXPECT_EQ(layer.kv_source, KvSource::kEarlierLayer) << i;
+      EXPECT_EQ(layer.kv_source_layer, full ? 14 : 13) << i;
+    }
+  }
+  EXPECT_FALSE(model.needs_target());
+}
+
+TEST(ModelConfigTest, Gemma4E4BAndAssistant) {
+  const ModelConfig target = load_model_config(example("gemma-4-e4b"));
+  ASSERT_EQ(target.layers.size(), 42u);
+  EXPECT_EQ(target.layers[5].kind, AttentionKind::kFull);
+  EXPECT_EQ(target.layers[5].head_size_k, 512);
+  EXPECT_EQ(target.layers[5].num_kv_heads, 2);
+  EXPECT_EQ(target.layers[24].kv_source_layer, 22);  // first shared layer, sliding
+  EXPECT_EQ(target.layers[41].kv_source_layer, 23);  // last layer, full
+
+  const ModelConfig assistant = load_model_config(example("gemma-4-e4b-assistant"));
+  EXPECT_EQ(assistant.architecture, "Gemma4AssistantForCausalLM");
+  ASSERT_EQ(assistant.layers.size(), 4u);
+  EXPECT_TRUE(assistant.needs_target());
+  for (const LayerAttentionConfig& layer : assistant.layers) {
+    EXPECT_EQ(layer.kv_source, KvSource::kTargetLastOfKind);
+  }
+  EXPECT_EQ(assistant.layers[3].kind, AttentionKind::kFull);
+  EXPECT_EQ(assistant.layers[3].head_size_k, 512);
+}
+
+TEST(ModelConfigTest, MiMoV2FlashPublishedSpelling) {
+  const ModelConfig model = load_model_config(example("mimo-v2-flash"));
+  ASSERT_EQ(model.layers.size(), 48u);
+  const LayerAttentionConfig& full = model.layers[0];
+  const LayerAttentionConfig& sliding = model.layers[1];
+  EXPECT_EQ(full.kind, AttentionKind::kFull);
+  EXPECT_EQ(full.num_kv_heads, 4);
+  EXPECT_EQ(full.head_size_k, 192);
+  EXPECT_EQ(full.head_size_v, 128);
+  EXPECT_EQ(sliding.kind, AttentionKind::kSliding);
+  EXPECT_EQ(sliding.num_kv_heads, 8);
+  EXPECT_EQ(sliding.head_size_k, 192);
+  EXPECT_EQ(sliding.head_size_v, 128);
+  EXPECT_EQ(sliding.sliding_window, 128);
+  int full_layers = 0;
+  for (const LayerAttentionConfig& layer : model.layers)
+    full_layers += layer.kind == AttentionKind::kFull;
+  EXPECT_EQ(full_layers, 9);
+}
+
+TEST(ModelConfigTest, MiMoV2FlashTransformersSpelling) {
+  const nlohmann::json config = {
+      {"architectures", {"MiMoV2FlashForCausalLM"}},
+      {"hidden_size", 64},
+      {"num_attention_heads", 8},
+      {"num_key_value_heads", 2},
+      {"head_dim", 24},
+      {"v_head_dim", 16},
+      {"num_hidden_layers", 3},
+      {"layer_types", {"full_attention", "sliding_attention", "sliding_attention"}},
+      {"sliding_window", 32},
+      {"max_position_embeddings", 256},
+      {"vocab_size", 100}};
+  const ModelConfig model = parse_model_config(config, "mimo.json");
+  EXPECT_EQ(model.layers[0].num_kv_heads, 2);
+  EXPECT_EQ(model.layers[1].num_kv_heads, 4);  // twice the full layers' KV heads
+  EXPECT_EQ(model.layers[2].head_size_v, 16);
+  EXPECT_EQ(model.layers[2].sliding_window, 32);
+}
+
+TEST(ModelConfigTest, Gemma4PerLayerConfigAndKEqV) {
+  nlohmann::json text = {
+      {"model_type", "gemma4_text"},
+      {"hidden_size", 64},
+      {"num_attention_heads", 4},
+      {"num_key_value_heads", 2},
+      {"head_dim", 16},
+      {"num_hidden_layers", 4},
+      {"layer_types",
+       {"sliding_attention", "full_attention", "sliding_attention", "full_attention"}},
+      {"sliding_window", 8},
+      {"num_kv_shared_layers", 2},
+      {"per_layer_config",
+       {{"1", {{"head_dim", 32}, {"num_key_value_heads", 1}}},
+        {"3", {{"head_dim", 32}, {"num_key_value_heads", 1}}}}},
+      {"max_position_embeddings", 64},
+      {"vocab_size", 50}};
+  const nlohmann::json config = {{"architectures", {"Gemma4ForCausalLM"}}, {"text_config", text}};
+  const ModelConfig model = parse_model_config(config, "gemma.json");
+  EXPECT_EQ(model.layers[0].head_size_k, 16);
+  EXPECT_EQ(model.layers[1].head_size_k, 32);
+  EXPECT_EQ(model.layers[1].num_kv_heads, 1);
+  EXPECT_EQ(model.layers[2].kv_source_layer, 0);
+  EXPECT_EQ(model.layers[3].kv_source_layer, 1);
+
+  // The flat spelling: k_eq_v gives full layers num_global_key_value_heads.
+  text.erase("per_layer_config");
+  text["global_head_dim"] = 48;
+  text["attention_k_eq_v"] = true;
+  text["num_global_key_value_heads"] = 1;
+  text["num_kv_shared_layers"] = 0;
+  const ModelConfig flat = parse_model_config(
+      {{"architectures", {"Gemma4ForCausalLM"}}, {"text_config", text}}, "gemma.json");
+  EXPECT_EQ(flat.layers[1].head_size_k, 48);
+  EXPECT_EQ(flat.layers[1].head_size_v, 48);
+  EXPECT_EQ(flat.layers[1].num_kv_heads, 1);
+  EXPECT_EQ(flat.layers[0].num_kv_heads, 2);
+
+  // Without layer_types: every sixth layer and the last are full.
+  text.erase("layer_types");
+  text["num_hidden_layers"] = 8;
+  const ModelConfig derived = parse_model_config(text, "gemma.json");
+  for (int i = 0; i < 8; ++i) {
+    EXPECT_EQ(derived.layers[i].kind,
+              i == 5 || i == 7 ? AttentionKind::kFull : AttentionKind::kSliding)
+        << i;
+  }
+}
+
+TEST(ModelConfigTest, Qwen3SlidingLayers) {
+  nlohmann::json config = tiny_llama();
+  config["architectures"] = {"Qwen3ForCausalLM"};
+  config["num_hidden_layers"] = 4;
+  config["head_dim"] = 32;
+  config["use_sliding_window"] = true;
+  config["sliding_window"] = 16;
+  config["max_window_layers"] = 2;
+  const ModelConfig model = parse_model_config(config, "qwen3.json");
+  EXPECT_EQ(model.layers[1].kind, AttentionKind::kFull);
+  EXPECT_EQ(model.layers[2].kind, AttentionKind::kSliding);
+  EXPECT_EQ(model.layers[3].sliding_window, 16);
+  EXPECT_EQ(model.layers[3].head_size_k, 32);
+  config["use_sliding_window"] = false;
+  EXPECT_EQ(parse_model_config(config, "qwen3.json").layers[3].kind, AttentionKind::kFull);
+}
+
+TEST(ModelConfigTest, ModelTypeWithoutArchitectures) {
+  nlohmann::json config = tiny_llama();
+  config.erase("architectures");
+  config["model_type"] = "llama";
+  EXPECT_EQ(parse_model_config(config, "x.json").architecture, "LlamaForCausalLM");
+}
+
+TEST(ModelConfigTest, BadInputNamesTheProblem) {
+  nlohmann::json config = tiny_llama();
+  config["architectures"] = {"FalconForCausalLM"};
+  expect_error(config, {"test.json", "FalconForCausalLM", "LlamaForCausalLM", "Gemma4ForCausalLM"});
+
+  config = tiny_llama();
+  config["num_attention_heads"] = "four";
+  expect_error(config, {"num_attention_heads", "must be an integer", "\"four\""});
+
+  config = tiny_llama();
+  config["num_key_value_heads"] = 0;
+  expect_error(config, {"num_key_value_heads", "is 0", "at least 1"});
+
+  config = tiny_llama();
+  config["num_key_value_heads"] = 3;
+  expect_error(config, {"num_attention_heads", "not a multiple", "3"});
+
+  config = tiny_llama();
+  config.erase("num_hidden_layers");
+  expect_error(config, {"num_hidden_layers", "missing"});
+
+  config = tiny_llama();
+  config["architectures"] = {"Qwen3ForCausalLM"};
+  config["layer_types"] = {"full_attention"};
+  expect_error(config, {"layer_types", "1 entries", "num_hidden_layers is 2"});
+  config["layer_types"] = {"full_attention", "chunked_attention"};
+  expect_error(config, {"layer_types", "chunked_attention"});
+
+  expect_error(nlohmann::json::array(), {"must be a JSON object"});
+  expect_error({{"hidden_size", 4}}, {"neither 'architectures' nor 'model_type'"});
+}
+
+TEST(ModelConfigTest, Gemma4SharingErrors) {
+  const nlohmann::json base = {
+      {"model_type", "gemma4_text"},
+      {"hidden_size", 64},
+      {"num_attention_heads", 4},
+      {"num_key_value_heads", 2},
+      {"num_hidden_layers", 3},
+      {"layer_types", {"sliding_attention", "sliding_attention", "full_attention"}},
+      {"max_position_embeddings", 64},
+      {"vocab_size", 50}};
+  nlohmann::json config = base;
+  config["num_kv_shared_layers"] = 1;  // the full layer 2 has no earlier full layer
+  expect_error(config, {"model.layers.2.self_attn", "no earlier non-shared full layer"});
+  config["num_kv_shared_layers"] = 3;
+  expect_error(config, {"num_kv_shared_layers", "at least one layer"});
+  config["num_kv_shared_layers"] = 9;
+  expect_error(config, {"num_kv_shared_layers", "is 9"});
+}
+
+TEST(ModelConfigTest, FilesAndMalformedJson) {
+  EXPECT_THROW(load_model_config("/nonexistent/model"), Error);
+  const std::string dir = ::testing::TempDir() + "pagoda_config_" + std::to_string(::getpid());
+  std::system(("mkdir -p " + dir).c_str());
+  {
+    std::FILE* file = std::fopen((dir + "/config.json").c_str(), "w");
+    std::fputs("{\"architectures\": [\"LlamaForCausalLM\"], ", file);
+    std::fclose(file);
+  }
+  try {
+    load_model_config(dir);
+    FAIL() << "expected an error";
+  } catch (const Error& error) {
+    EXPECT_NE(std::string(error.what()).find("malformed JSON"), std::string::npos);
+  }
+  std::remove((dir + "/config.json").c_str());
+  std::remove(dir.c_str());
+}
+
+}  // namespace
+}  // namespace pagoda
