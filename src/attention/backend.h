@@ -1,0 +1,91 @@
+// The attention backend contract (DESIGN.md §3, §4): cache layout, capabilities, and the reshape
+// of a raw KV buffer into the views a backend reads.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "attention/kv_layout.h"
+
+namespace pagoda {
+
+// Attention variants a backend computes. A model needing one that is false is refused at startup.
+struct AttentionFeatures {
+  bool sliding_window = false;
+  bool logit_softcap = false;
+  bool attention_sinks = false;
+  bool split_kv_head_sizes = false;  // K and V head sizes that differ
+  bool cache_only_queries = false;   // K/V absent: attend over the cache as it is (KV sharing)
+};
+
+class AttentionBackend {
+ public:
+  virtual ~AttentionBackend() = default;
+
+  virtual std::string name() const = 0;
+  virtual AttentionFeatures features() const = 0;
+  // Physical order of the dims of kv_cache_shape(), outermost first.
+  virtual std::vector<int> kv_cache_stride_order(const KvPageShape& page,
+                                                 LayersDim layers) const = 0;
+
+  // Logical shape of the cache (paged_kv_shape); with kIncluded, num_layers leads.
+  Shape kv_cache_shape(int64_t num_blocks, const KvPageShape& page, LayersDim layers,
+                       int64_t num_layers = 1) const {
+    return paged_kv_shape(num_blocks, page, layers, num_layers);
+  }
+  // Derived from the stride order with the layers dim (see
+  // stride_order_indexes_kv_by_block_stride).
+  bool indexes_kv_by_block_stride(const KvPageShape& page) const {
+    return stride_order_indexes_kv_by_block_stride(
+        kv_cache_stride_order(page, LayersDim::kIncluded));
+  }
+};
+
+// A backend whose kernels walk pages with a runtime block stride in NHD or HND order.
+class PagedAttentionBackend : public AttentionBackend {
+ public:
+  PagedAttentionBackend(std::string name, PageOrder order, AttentionFeatures features)
+      : name_(std::move(name)), order_(order), features_(features) {}
+  std::string name() const override { return name_; }
+  AttentionFeatures features() const override { return features_; }
+  std::vector<int> kv_cache_stride_order(const KvPageShape& page, LayersDim layers) const override {
+    return paged_kv_stride_order(order_, page, layers);
+  }
+
+ private:
+  std::string name_;
+  PageOrder order_;
+  AttentionFeatures features_;
+};
+
+// The backends this build has, by name ("cpu"). Throws Error naming the value and the known names.
+const AttentionBackend& find_attention_backend(const std::string& name);
+std::vector<std::string> attention_backend_names();
+
+// Where one layer's pages sit in a raw buffer: block b's page starts at
+// offset_bytes + b * block_stride_bytes.
+//   contiguous: offset 0, stride = page bytes
+//   padded:     offset 0, stride = padded page bytes
+//   packed:     offset = slot * page bytes, stride = pages per block id * page bytes
+struct PagePlacement {
+  int64_t offset_bytes = 0;
+  int64_t block_stride_bytes = 0;
+};
+
+// One layer's cache as its backend reads it: non-owning views of a shared buffer.
+struct KvCacheView {
+  Tensor cache;              // kv_cache_shape(num_blocks, page) with the backend's physical strides
+  Tensor key;                // [num_blocks, block_size, num_kv_heads, head_size_k]
+  Tensor value;              // [num_blocks, block_size, num_kv_heads, head_size_v]
+  int64_t block_stride = 0;  // elements between block b and b + 1
+};
+
+// Views `buffer` (1-D uint8) as `num_blocks` pages placed per `placement`. Throws Error when the
+// placement is not a whole number of elements, overlaps pages, runs past the buffer, or needs
+// block-stride indexing the backend lacks.
+KvCacheView reshape_kv_cache(const Tensor& buffer, const AttentionBackend& backend,
+                             const KvPageShape& page, int64_t num_blocks,
+                             const PagePlacement& placement);
+
+}  // namespace pagoda
