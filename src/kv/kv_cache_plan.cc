@@ -1,0 +1,150 @@
+#include "kv/kv_cache_plan.h"
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+#include "core/units.h"
+
+namespace pagoda {
+namespace {
+
+int64_t choose_num_blocks(const KvCachePlan& plan, const KvCacheOptions& options) {
+  const int64_t per_block = plan.bytes_per_block_id();
+  const int64_t needed = plan.blocks_for_sequence(plan.max_model_len) + kNullBlocks;
+  int64_t num_blocks = 0;
+  if (options.num_blocks) {
+    num_blocks = *options.num_blocks;
+    if (num_blocks < needed) {
+      fail(
+          "{} KV blocks cannot hold one sequence of max_model_len {} tokens, which needs {} "
+          "blocks (including the null block); raise --num-blocks or lower --max-model-len",
+          num_blocks, plan.max_model_len, needed);
+    }
+  } else if (options.memory_bytes) {
+    num_blocks = *options.memory_bytes / per_block;
+    if (num_blocks < needed) {
+      fail(
+          "KV cache memory of {} holds {} blocks of {} per block id; one sequence of "
+          "max_model_len {} tokens needs {} blocks ({}); raise --kv-cache-memory or lower "
+          "--max-model-len",
+          format_bytes(*options.memory_bytes), num_blocks, format_bytes(per_block),
+          plan.max_model_len, needed, format_bytes(needed * per_block));
+    }
+  } else {
+    num_blocks = needed;  // no budget given: exactly one sequence of max_model_len
+  }
+  return num_blocks;
+}
+
+void place_buffers(KvCachePlan& plan) {
+  const int64_t page = plan.page_bytes();
+  const int64_t slots = plan.slots_per_block;
+  plan.placements.assign(plan.layers.size(), {});
+  if (plan.layout == KvBufferLayout::kInterleaved) {
+    for (const KvLayer& layer : plan.layers) {
+      if (layer.owns_kv() && !layer.spec->indexes_kv_by_block_stride) {
+        fail(
+            "an interleaved KV buffer needs every attention backend to index KV by block stride; "
+            "'{}' (layer {}) does not",
+            layer.backend->name(), layer.name);
+      }
+    }
+    plan.buffers.assign(1, {.size_bytes = plan.num_blocks * slots * page});
+  } else {
+    plan.buffers.assign(slots, {.size_bytes = plan.num_blocks * page});
+  }
+  for (int64_t g = 0; g < static_cast<int64_t>(plan.groups.size()); ++g) {
+    const std::vector<int64_t>& members = plan.groups[g].layers;
+    for (int64_t slot = 0; slot < static_cast<int64_t>(members.size()); ++slot) {
+      KvLayerPlacement& placement = plan.placements[members[slot]];
+      placement.group = g;
+      placement.slot = slot;
+      if (plan.layout == KvBufferLayout::kInterleaved) {
+        placement.buffer = 0;
+        placement.pages = {.offset_bytes = slot * page, .block_stride_bytes = slots * page};
+      } else {
+        placement.buffer = slot;
+        placement.pages = {.offset_bytes = 0, .block_stride_bytes = page};
+      }
+      plan.buffers[placement.buffer].layers.push_back(members[slot]);
+    }
+  }
+  for (size_t i = 0; i < plan.layers.size(); ++i) {
+    if (!plan.layers[i].owns_kv()) plan.placements[i] = plan.placements[plan.layers[i].source];
+  }
+}
+
+}  // namespace
+
+int64_t KvCachePlan::blocks_for_sequence(int64_t num_tokens) const {
+  int64_t blocks = 0;
+  for (const KvGroup& group : groups)
+    blocks += group.spec.blocks_for_tokens(num_tokens);
+  return blocks;
+}
+
+std::optional<int64_t> KvCachePlan::max_sequence_tokens() const {
+  bool any_full = false;
+  for (const KvGroup& group : groups)
+    any_full = any_full || group.spec.kind == AttentionKind::kFull;
+  if (!any_full) return std::nullopt;
+  const int64_t usable = num_blocks - kNullBlocks;
+  // blocks_for_sequence is non-decreasing in the token count: binary search the largest fit.
+  int64_t low = 0;
+  int64_t high = 1;
+  while (blocks_for_sequence(high) <= usable)
+    high *= 2;
+  while (high - low > 1) {
+    const int64_t mid = low + (high - low) / 2;
+    (blocks_for_sequence(mid) <= usable ? low : high) = mid;
+  }
+  return low;
+}
+
+double KvCachePlan::max_concurrency() const {
+  const int64_t per_sequence = blocks_for_sequence(max_model_len);
+  return per_sequence == 0 ? 0.0 : static_cast<double>(num_blocks - kNullBlocks) / per_sequence;
+}
+
+KvCachePlan plan_kv_cache(std::vector<KvLayer> layers, const KvCacheOptions& options) {
+  if (options.max_model_len < 1) {
+    fail("max_model_len is {}; it must be at least 1", options.max_model_len);
+  }
+  if (options.num_blocks && *options.num_blocks < 1) {
+    fail("the number of KV blocks is {}; it must be at least 1", *options.num_blocks);
+  }
+  if (options.memory_bytes && *options.memory_bytes < 1) {
+    fail("the KV cache memory is {} bytes; it must be positive", *options.memory_bytes);
+  }
+  KvCachePlan plan;
+  plan.layers = std::move(layers);
+  plan.max_model_len = options.max_model_len;
+  plan.layout = options.layout;
+  plan.unification = unify_page_sizes(plan.layers);
+  plan.groups = group_kv_layers(plan.layers);
+  plan.slots_per_block = slots_per_block(plan.groups);
+  plan.num_blocks = choose_num_blocks(plan, options);
+  place_buffers(plan);
+  return plan;
+}
+
+KvCache allocate_kv_cache(const KvCachePlan& plan, Device device) {
+  KvCache cache;
+  for (const KvBuffer& buffer : plan.buffers) {
+    cache.buffers.push_back(Tensor::empty({buffer.size_bytes}, DType::kU8, device));
+  }
+  cache.views.resize(plan.layers.size());
+  for (size_t i = 0; i < plan.layers.size(); ++i) {
+    const KvLayer& layer = plan.layers[i];
+    if (!layer.owns_kv()) continue;
+    const KvLayerPlacement& placement = plan.placements[i];
+    cache.views[i] = reshape_kv_cache(cache.buffers[placement.buffer], *layer.backend,
+                                      layer.spec->page, plan.num_blocks, placement.pages);
+  }
+  for (size_t i = 0; i < plan.layers.size(); ++i) {
+    if (!plan.layers[i].owns_kv()) cache.views[i] = cache.views[plan.layers[i].source];
+  }
+  return cache;
+}
+
+}  // namespace pagoda

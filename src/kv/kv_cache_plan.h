@@ -1,0 +1,80 @@
+// The whole KV cache plan: layers, page-size decisions, groups, which buffer each layer's pages
+// live in (offset and block stride), and how many blocks a memory budget buys.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "attention/backend.h"
+#include "kv/kv_groups.h"
+#include "kv/kv_layers.h"
+#include "kv/page_size_unification.h"
+
+namespace pagoda {
+
+// How the tensors that share a block id are laid out in memory.
+enum class KvBufferLayout {
+  kSeparate,     // one buffer per slot: [num_blocks][page]
+  kInterleaved,  // one buffer: [num_blocks][slot][page]; needs block-stride indexing everywhere
+};
+
+// With neither memory_bytes nor num_blocks, the pool holds exactly one max_model_len sequence.
+struct KvCacheOptions {
+  std::optional<int64_t> memory_bytes;  // budget for the pool
+  std::optional<int64_t> num_blocks;    // or an exact block count (wins over memory_bytes)
+  int64_t max_model_len = 0;            // the pool must hold one sequence this long
+  KvBufferLayout layout = KvBufferLayout::kSeparate;
+};
+
+struct KvBuffer {
+  int64_t size_bytes = 0;
+  std::vector<int64_t> layers;  // owning layers whose pages live here
+};
+
+struct KvLayerPlacement {
+  int64_t group = -1;
+  int64_t slot = -1;  // position in the group = which tensor of the block id
+  int64_t buffer = -1;
+  PagePlacement pages;  // where block b's page starts in that buffer
+};
+
+struct KvCachePlan {
+  std::vector<KvLayer> layers;
+  PageUnification unification;
+  std::vector<KvGroup> groups;
+  int64_t slots_per_block = 0;  // tensors that share one block id
+  int64_t num_blocks = 0;       // including the reserved null block (id 0)
+  int64_t max_model_len = 0;
+  KvBufferLayout layout = KvBufferLayout::kSeparate;
+  std::vector<KvBuffer> buffers;
+  std::vector<KvLayerPlacement> placements;  // per layer; a sharing layer has its source's
+
+  int64_t page_bytes() const { return unification.page_bytes; }
+  int64_t bytes_per_block_id() const { return page_bytes() * slots_per_block; }
+  int64_t total_bytes() const { return bytes_per_block_id() * num_blocks; }
+  // Blocks one sequence of `num_tokens` tokens takes, summed over groups.
+  int64_t blocks_for_sequence(int64_t num_tokens) const;
+  // The longest sequence the pool can hold alone; nullopt when only sliding groups exist (no
+  // length runs the pool out).
+  std::optional<int64_t> max_sequence_tokens() const;
+  // How many sequences of max_model_len tokens fit at once.
+  double max_concurrency() const;
+};
+
+constexpr int64_t kNullBlocks = 1;  // block 0 is the null block, never handed out
+
+// Builds the plan. Throws Error when the budget is too small for one max_model_len
+// sequence, or when the layout needs block-stride indexing a backend lacks.
+KvCachePlan plan_kv_cache(std::vector<KvLayer> layers, const KvCacheOptions& options);
+
+// The KV cache memory of a plan and each layer's view of it (a sharing layer gets its source's).
+struct KvCache {
+  std::vector<Tensor> buffers;     // [size_bytes] uint8 each
+  std::vector<KvCacheView> views;  // per layer
+};
+
+// Allocates the plan's buffers on `device` and reshapes every layer's view.
+KvCache allocate_kv_cache(const KvCachePlan& plan, Device device);
+
+}  // namespace pagoda

@@ -1,0 +1,154 @@
+#include "kv/kv_layers.h"
+
+#include "core/error.h"
+
+namespace pagoda {
+namespace {
+
+constexpr const char* kDraftPrefix = "draft.";
+
+void check_backend_supports(const KvLayer& layer) {
+  const AttentionFeatures features = layer.backend->features();
+  const LayerAttentionConfig& attention = layer.attention;
+  if (attention.kind == AttentionKind::kSliding && !features.sliding_window) {
+    fail("layer {} uses sliding-window attention, which attention backend '{}' does not support",
+         layer.name, layer.backend->name());
+  }
+  if (attention.head_size_k != attention.head_size_v && !features.split_kv_head_sizes) {
+    fail("layer {} has K head size {} and V head size {}; attention backend '{}' needs them equal",
+         layer.name, attention.head_size_k, attention.head_size_v, layer.backend->name());
+  }
+  if (attention.kv_source != KvSource::kOwn && !features.cache_only_queries) {
+    fail("layer {} reads another layer's KV cache, which attention backend '{}' does not support",
+         layer.name, layer.backend->name());
+  }
+}
+
+KvSpec owner_spec(const KvLayer& layer, const KvLayerOptions& options) {
+  const LayerAttentionConfig& attention = layer.attention;
+  const KvPageShape page{.block_size = options.block_size,
+                         .num_kv_heads = attention.num_kv_heads,
+                         .head_size_k = attention.head_size_k,
+                         .head_size_v = attention.head_size_v,
+                         .dtype = options.dtype};
+  return KvSpec{.kind = attention.kind,
+                .sliding_window = attention.sliding_window,
+                .page = page,
+                .indexes_kv_by_block_stride = layer.backend->indexes_kv_by_block_stride(page)};
+}
+
+// The index of the target's last KV-owning layer of `kind`, or -1.
+int64_t last_owner_of_kind(const std::vector<KvLayer>& layers, AttentionKind kind) {
+  for (int64_t i = static_cast<int64_t>(layers.size()) - 1; i >= 0; --i) {
+    const KvLayer& layer = layers[i];
+    if (!layer.is_drafter() && layer.attention.kv_source == KvSource::kOwn &&
+        layer.attention.kind == kind) {
+      return i;
+    }
+  }
+  return -1;
+}
+
+// Checks that `layer` can read `source`'s cache: same kind, a window no wider than what the source
+// keeps, K and V head sizes equal, and whole query heads per source KV head.
+void check_compatible_source(const KvLayer& layer, const KvLayer& source) {
+  const LayerAttentionConfig& a = layer.attention;
+  const LayerAttentionConfig& s = source.attention;
+  if (a.kind != s.kind) {
+    fail(
+        "layer {} ({}) reads KV from {}, which is a {} layer; a layer can only share the cache of "
+        "a layer of the same attention kind",
+        layer.name, attention_kind_name(a.kind), source.name, attention_kind_name(s.kind));
+  }
+  if (a.kind == AttentionKind::kSliding && a.sliding_window > s.sliding_window) {
+    fail("layer {} has a sliding window of {} tokens but reads KV from {}, which keeps only {}",
+         layer.name, a.sliding_window, source.name, s.sliding_window);
+  }
+  if (a.head_size_k != s.head_size_k || a.head_size_v != s.head_size_v) {
+    fail("layer {} (K/V head sizes {}/{}) reads KV from {} (K/V head sizes {}/{}); they must match",
+         layer.name, a.head_size_k, a.head_size_v, source.name, s.head_size_k, s.head_size_v);
+  }
+  if (a.num_q_heads % s.num_kv_heads != 0) {
+    fail("layer {} has {} query heads, not a multiple of the {} KV heads of {}, whose KV it reads",
+         layer.name, a.num_q_heads, s.num_kv_heads, source.name);
+  }
+}
+
+void append_model(std::vector<KvLayer>& layers, const ModelConfig& model, ModelRole role,
+                  const AttentionBackend* backend, const KvLayerOptions& options) {
+  const int64_t base = static_cast<int64_t>(layers.size());
+  const int64_t count = static_cast<int64_t>(model.layers.size());
+  for (int64_t i = 0; i < count; ++i) {
+    KvLayer layer;
+    layer.attention = model.layers[i];
+    layer.role = role;
+    layer.name = (layer.is_drafter() ? kDraftPrefix : "") + layer.attention.name;
+    layer.backend = backend;
+    check_backend_supports(layer);
+
+    int64_t source = -1;
+    switch (layer.attention.kv_source) {
+      case KvSource::kOwn:
+        layer.spec = owner_spec(layer, options);
+        layers.push_back(std::move(layer));
+        continue;
+      case KvSource::kEarlierLayer: {
+        const int64_t local = layer.attention.kv_source_layer;
+        if (local < 0 || local >= count) {
+          fail("layer {} reads KV from layer index {}, which does not exist ({} has {} layers)",
+               layer.name, local, model.source, count);
+        }
+        if (local >= i) {
+          fail("layer {} reads KV from {}, which is not an earlier layer", layer.name,
+               (layer.is_drafter() ? kDraftPrefix : "") + model.layers[local].name);
+        }
+        source = base + local;
+        break;
+      }
+      case KvSource::kTargetLastOfKind:
+        if (!layer.is_drafter()) {
+          fail(
+              "{} ({}) only runs as a drafter: its layers read a target model's KV cache; pass it "
+              "as the draft model of a target",
+              model.source, model.architecture);
+        }
+        source = last_owner_of_kind(layers, layer.attention.kind);
+        if (source < 0) {
+          fail(
+              "drafter layer {} ({}) reads the target's last {} layer that owns KV, and the target "
+              "has none",
+              layer.name, attention_kind_name(layer.attention.kind),
+              attention_kind_name(layer.attention.kind));
+        }
+        break;
+    }
+    while (!layers[source].owns_kv())
+      source = layers[source].source;
+    check_compatible_source(layer, layers[source]);
+    layer.source = source;
+    layers.push_back(std::move(layer));
+  }
+}
+
+}  // namespace
+
+std::vector<KvLayer> build_kv_layers(const ModelConfig& target, const ModelConfig* drafter,
+                                     const KvLayerOptions& options) {
+  PAGODA_CHECK(options.backend != nullptr, "build_kv_layers needs an attention backend");
+  if (options.block_size < 1) fail("block size is {}; it must be at least 1", options.block_size);
+  std::vector<KvLayer> layers;
+  append_model(layers, target, ModelRole::kTarget, options.backend, options);
+  if (drafter != nullptr) {
+    append_model(layers, *drafter, ModelRole::kDrafter,
+                 options.draft_backend != nullptr ? options.draft_backend : options.backend,
+                 options);
+  }
+  bool any_owner = false;
+  for (const KvLayer& layer : layers)
+    any_owner = any_owner || layer.owns_kv();
+  if (!any_owner)
+    fail("{}: no attention layer owns KV, so there is nothing to cache", target.source);
+  return layers;
+}
+
+}  // namespace pagoda
