@@ -1,0 +1,341 @@
+#include "cli/inspect.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+
+#include "attention/backend.h"
+#include "core/error.h"
+#include "core/units.h"
+
+namespace pagoda {
+namespace {
+
+// Left-aligned columns sized to their widest cell.
+class TextTable {
+ public:
+  explicit TextTable(std::vector<std::string> header) { rows_.push_back(std::move(header)); }
+  void add(std::vector<std::string> row) { rows_.push_back(std::move(row)); }
+  std::string render(const std::string& indent) const {
+    std::vector<size_t> widths(rows_.front().size(), 0);
+    for (const auto& row : rows_) {
+      for (size_t c = 0; c < row.size(); ++c)
+        widths[c] = std::max(widths[c], row[c].size());
+    }
+    std::string out;
+    for (const auto& row : rows_) {
+      std::string line = indent;
+      for (size_t c = 0; c < row.size(); ++c) {
+        line += row[c];
+        if (c + 1 < row.size()) line += std::string(widths[c] - row[c].size() + 2, ' ');
+      }
+      out += line + "\n";
+    }
+    return out;
+  }
+
+ private:
+  std::vector<std::vector<std::string>> rows_;
+};
+
+KvBufferLayout parse_buffer_layout(const std::string& text) {
+  if (text == "separate") return KvBufferLayout::kSeparate;
+  if (text == "interleaved") return KvBufferLayout::kInterleaved;
+  fail("unknown KV buffer layout '{}'; expected separate or interleaved", text);
+}
+
+std::string_view buffer_layout_name(KvBufferLayout layout) {
+  return layout == KvBufferLayout::kSeparate ? "separate" : "interleaved";
+}
+
+DType choose_dtype(const std::string& requested, const ModelConfig& target) {
+  if (requested == "auto") return target.dtype.value_or(DType::kBF16);
+  const DType dtype = parse_dtype(requested);
+  if (!is_floating(dtype)) {
+    fail("--dtype {} is not a floating type; expected auto, float32, bfloat16 or float16",
+         requested);
+  }
+  return dtype;
+}
+
+std::string window_text(const KvSpec& spec) {
+  return spec.kind == AttentionKind::kSliding ? std::to_string(spec.sliding_window) : "-";
+}
+
+// Layer indices (the # column) as ranges: "0-3, 5, 7-9".
+std::string layer_list(const std::vector<int64_t>& indices) {
+  std::vector<std::string> parts;
+  for (size_t i = 0; i < indices.size();) {
+    size_t j = i;
+    while (j + 1 < indices.size() && indices[j + 1] == indices[j] + 1)
+      ++j;
+    parts.push_back(j == i ? std::to_string(indices[i])
+                           : fmt::format("{}-{}", indices[i], indices[j]));
+    i = j + 1;
+  }
+  return fmt::format("{}", fmt::join(parts, ", "));
+}
+
+nlohmann::json layer_names_json(const KvCachePlan& plan, const std::vector<int64_t>& indices) {
+  nlohmann::json names = nlohmann::json::array();
+  for (int64_t i : indices)
+    names.push_back(plan.layers[i].name);
+  return names;
+}
+
+nlohmann::json model_json(const ModelConfig& model) {
+  return {{"config", model.source},
+          {"architecture", model.architecture},
+          {"model_type", model.model_type},
+          {"num_layers", model.layers.size()},
+          {"max_position_embeddings", model.max_position_embeddings}};
+}
+
+nlohmann::json spec_json(const KvSpec& spec) {
+  return {{"type", attention_kind_name(spec.kind)},
+          {"sliding_window",
+           spec.kind == AttentionKind::kSliding ? nlohmann::json(spec.sliding_window) : nullptr},
+          {"block_size", spec.page.block_size},
+          {"num_kv_heads", spec.page.num_kv_heads},
+          {"head_size_k", spec.page.head_size_k},
+          {"head_size_v", spec.page.head_size_v},
+          {"dtype", dtype_name(spec.page.dtype)},
+          {"real_page_bytes", spec.real_page_bytes()},
+          {"page_bytes", spec.page_bytes()},
+          {"indexes_kv_by_block_stride", spec.indexes_kv_by_block_stride}};
+}
+
+int64_t layer_bytes_per_token(const KvLayer& layer) {
+  return layer.owns_kv() ? layer.spec->page.bytes_per_token() : 0;
+}
+
+}  // namespace
+
+InspectReport build_inspect_report(const InspectOptions& options) {
+  InspectReport report;
+  report.target = load_model_config(options.model_dir);
+  if (!options.draft_model_dir.empty()) {
+    report.drafter = load_model_config(options.draft_model_dir);
+  }
+  report.dtype = choose_dtype(options.dtype, report.target);
+  const AttentionBackend& backend = find_attention_backend(options.attention_backend);
+  report.attention_backend = backend.name();
+
+  KvCacheOptions cache;
+  cache.max_model_len = options.max_model_len.value_or(report.target.max_position_embeddings);
+  if (cache.max_model_len > report.target.max_position_embeddings) {
+    fail("--max-model-len {} is longer than the model's max_position_embeddings ({}) in {}",
+         cache.max_model_len, report.target.max_position_embeddings, report.target.source);
+  }
+  if (!options.kv_cache_memory.empty()) {
+    cache.memory_bytes = parse_byte_size(options.kv_cache_memory);
+  }
+  cache.num_blocks = options.num_blocks;
+  cache.layout = parse_buffer_layout(options.buffer_layout);
+
+  const KvLayerOptions layer_options{
+      .block_size = options.block_size, .dtype = report.dtype, .backend = &backend};
+  std::vector<KvLayer> layers =
+      build_kv_layers(report.target, report.drafter ? &*report.drafter : nullptr, layer_options);
+  report.plan = plan_kv_cache(std::move(layers), cache);
+  return report;
+}
+
+nlohmann::json inspect_report_json(const InspectReport& report) {
+  const KvCachePlan& plan = report.plan;
+  nlohmann::json out;
+  out["model"] = model_json(report.target);
+  out["draft_model"] = report.drafter ? model_json(*report.drafter) : nlohmann::json(nullptr);
+  out["dtype"] = dtype_name(report.dtype);
+  out["attention_backend"] = report.attention_backend;
+  out["max_model_len"] = plan.max_model_len;
+  out["buffer_layout"] = buffer_layout_name(plan.layout);
+
+  nlohmann::json layers = nlohmann::json::array();
+  for (size_t i = 0; i < plan.layers.size(); ++i) {
+    const KvLayer& layer = plan.layers[i];
+    const LayerAttentionConfig& a = layer.attention;
+    const KvLayerPlacement& placement = plan.placements[i];
+    layers.push_back(
+        {{"index", i},
+         {"name", layer.name},
+         {"role", layer.is_drafter() ? "drafter" : "target"},
+         {"type", attention_kind_name(a.kind)},
+         {"sliding_window",
+          a.kind == AttentionKind::kSliding ? nlohmann::json(a.sliding_window) : nullptr},
+         {"num_q_heads", a.num_q_heads},
+         {"num_kv_heads", a.num_kv_heads},
+         {"head_size_k", a.head_size_k},
+         {"head_size_v", a.head_size_v},
+         {"kv_source", layer.owns_kv() ? nlohmann::json(nullptr)
+                                       : nlohmann::json(plan.layers[layer.source].name)},
+         {"bytes_per_token", layer_bytes_per_token(layer)},
+         {"group", placement.group},
+         {"slot", placement.slot},
+         {"buffer", placement.buffer},
+         {"offset_bytes", placement.pages.offset_bytes},
+         {"block_stride_bytes", placement.pages.block_stride_bytes}});
+  }
+  out["layers"] = layers;
+
+  nlohmann::json decisions = nlohmann::json::array();
+  for (const PageDecision& d : plan.unification.decisions) {
+    decisions.push_back({{"layers", layer_names_json(plan, d.layers)},
+                         {"action", page_action_name(d.action)},
+                         {"scale", d.scale},
+                         {"before", spec_json(d.before)},
+                         {"after", spec_json(d.after)},
+                         {"waste_fraction", d.waste_fraction()}});
+  }
+  out["page_sizes"] = decisions;
+
+  nlohmann::json groups = nlohmann::json::array();
+  for (size_t g = 0; g < plan.groups.size(); ++g) {
+    groups.push_back({{"index", g},
+                      {"spec", spec_json(plan.groups[g].spec)},
+                      {"layers", layer_names_json(plan, plan.groups[g].layers)}});
+  }
+  out["groups"] = groups;
+
+  nlohmann::json buffers = nlohmann::json::array();
+  for (const KvBuffer& buffer : plan.buffers) {
+    buffers.push_back(
+        {{"size_bytes", buffer.size_bytes}, {"layers", layer_names_json(plan, buffer.layers)}});
+  }
+  out["buffers"] = buffers;
+
+  int64_t bytes_per_token = 0;
+  for (const KvLayer& layer : plan.layers)
+    bytes_per_token += layer_bytes_per_token(layer);
+  const std::optional<int64_t> max_tokens = plan.max_sequence_tokens();
+  out["kv_cache"] = {
+      {"page_bytes", plan.page_bytes()},
+      {"slots_per_block", plan.slots_per_block},
+      {"bytes_per_block_id", plan.bytes_per_block_id()},
+      {"num_blocks", plan.num_blocks},
+      {"null_blocks", kNullBlocks},
+      {"total_bytes", plan.total_bytes()},
+      {"bytes_per_token", bytes_per_token},
+      {"blocks_per_max_model_len_sequence", plan.blocks_for_sequence(plan.max_model_len)},
+      {"max_sequence_tokens", max_tokens ? nlohmann::json(*max_tokens) : nlohmann::json(nullptr)},
+      {"max_concurrency", plan.max_concurrency()}};
+  return out;
+}
+
+std::string inspect_report_text(const InspectReport& report) {
+  const KvCachePlan& plan = report.plan;
+  std::string out;
+  auto describe = [](const ModelConfig& m) {
+    return fmt::format("{} ({}, {} layers) from {}", m.architecture, m.model_type, m.layers.size(),
+                       m.source);
+  };
+  out += fmt::format("model        {}\n", describe(report.target));
+  if (report.drafter) out += fmt::format("draft model  {}\n", describe(*report.drafter));
+  out += fmt::format("kv dtype     {}    attention backend {}    max_model_len {}\n\n",
+                     dtype_name(report.dtype), report.attention_backend, plan.max_model_len);
+
+  out += "layers\n";
+  TextTable layers({"#", "layer", "type", "window", "q_heads", "kv_heads", "head_k", "head_v",
+                    "kv source", "bytes/token", "group"});
+  for (size_t i = 0; i < plan.layers.size(); ++i) {
+    const KvLayer& layer = plan.layers[i];
+    const LayerAttentionConfig& a = layer.attention;
+    layers.add({std::to_string(i), layer.name, std::string(attention_kind_name(a.kind)),
+                a.kind == AttentionKind::kSliding ? std::to_string(a.sliding_window) : "-",
+                std::to_string(a.num_q_heads), std::to_string(a.num_kv_heads),
+                std::to_string(a.head_size_k), std::to_string(a.head_size_v),
+                layer.owns_kv() ? "own" : "shares " + plan.layers[layer.source].name,
+                std::to_string(layer_bytes_per_token(layer)),
+                std::to_string(plan.placements[i].group)});
+  }
+  out += layers.render("  ") + "\n";
+
+  out += fmt::format("page sizes (pool page {} bytes)\n", plan.page_bytes());
+  TextTable pages({"layers", "type", "block", "page bytes", "decision", "physical page", "waste"});
+  for (const PageDecision& d : plan.unification.decisions) {
+    std::string decision(page_action_name(d.action));
+    if (d.action == PageAction::kScaled) {
+      decision = fmt::format("scaled x{} (block {} -> {})", d.scale, d.before.page.block_size,
+                             d.after.page.block_size);
+    } else if (d.action == PageAction::kPadded) {
+      decision = fmt::format("padded to {}", d.after.page_bytes());
+    }
+    pages.add({layer_list(d.layers), std::string(attention_kind_name(d.before.kind)),
+               std::to_string(d.before.page.block_size), std::to_string(d.before.page_bytes()),
+               decision, std::to_string(d.after.page_bytes()),
+               fmt::format("{:.1f}%", 100.0 * d.waste_fraction())});
+  }
+  out += pages.render("  ") + "\n";
+
+  out += fmt::format("groups ({} tensors share each block id)\n", plan.slots_per_block);
+  TextTable groups({"group", "type", "window", "block", "kv_heads", "head_k/v", "page real",
+                    "page padded", "block stride idx", "layers"});
+  for (size_t g = 0; g < plan.groups.size(); ++g) {
+    const KvSpec& spec = plan.groups[g].spec;
+    groups.add({std::to_string(g), std::string(attention_kind_name(spec.kind)), window_text(spec),
+                std::to_string(spec.page.block_size), std::to_string(spec.page.num_kv_heads),
+                fmt::format("{}/{}", spec.page.head_size_k, spec.page.head_size_v),
+                std::to_string(spec.real_page_bytes()), std::to_string(spec.page_bytes()),
+                spec.indexes_kv_by_block_stride ? "yes" : "no", layer_list(plan.groups[g].layers)});
+  }
+  out += groups.render("  ") + "\n";
+
+  out += fmt::format("buffers ({})\n", buffer_layout_name(plan.layout));
+  TextTable buffers({"buffer", "size", "layers"});
+  for (size_t b = 0; b < plan.buffers.size(); ++b) {
+    buffers.add({std::to_string(b), format_bytes(plan.buffers[b].size_bytes),
+                 layer_list(plan.buffers[b].layers)});
+  }
+  out += buffers.render("  ") + "\n";
+
+  const std::optional<int64_t> max_tokens = plan.max_sequence_tokens();
+  out += "kv cache\n";
+  out += fmt::format("  page size          {} bytes, x{} per block id = {}\n", plan.page_bytes(),
+                     plan.slots_per_block, format_bytes(plan.bytes_per_block_id()));
+  out += fmt::format("  blocks             {} (block 0 is the null block)\n", plan.num_blocks);
+  out += fmt::format("  total KV memory    {} ({} bytes)\n", format_bytes(plan.total_bytes()),
+                     plan.total_bytes());
+  out += fmt::format("  one sequence       up to {} tokens\n",
+                     max_tokens ? std::to_string(*max_tokens) : "unbounded (sliding layers only)");
+  out += fmt::format("  at max_model_len   {} blocks per sequence, {:.2f} sequences at once\n",
+                     plan.blocks_for_sequence(plan.max_model_len), plan.max_concurrency());
+  return out;
+}
+
+void add_inspect_command(CLI::App& app) {
+  auto options = std::make_shared<InspectOptions>();
+  CLI::App* inspect = app.add_subcommand(
+      "inspect", "Plan the KV cache of a model from its config.json (no weights needed)");
+  inspect->add_option("--model", options->model_dir, "Model directory holding config.json")
+      ->required();
+  inspect->add_option("--draft-model", options->draft_model_dir,
+                      "Drafter directory (a Gemma 4 assistant or any supported model)");
+  auto* memory = inspect->add_option("--kv-cache-memory", options->kv_cache_memory,
+                                     "KV cache budget, e.g. 4GiB, 512MiB or bytes");
+  inspect->add_option("--num-blocks", options->num_blocks, "Exact number of KV blocks")
+      ->excludes(memory);
+  inspect->add_option("--block-size", options->block_size, "Tokens per block before unification")
+      ->capture_default_str();
+  inspect->add_option("--max-model-len", options->max_model_len,
+                      "Longest sequence (default: the model's max_position_embeddings)");
+  inspect->add_option("--dtype", options->dtype, "KV dtype: auto, float32, bfloat16, float16")
+      ->capture_default_str();
+  inspect->add_option("--attention-backend", options->attention_backend, "Attention backend")
+      ->capture_default_str();
+  inspect
+      ->add_option("--kv-buffer-layout", options->buffer_layout,
+                   "separate (a buffer per slot) or interleaved (one buffer)")
+      ->capture_default_str();
+  inspect->add_flag("--json", options->json, "Print the plan as JSON (docs/inspect-json.md)");
+  inspect->callback([options] {
+    const InspectReport report = build_inspect_report(*options);
+    if (options->json) {
+      fmt::print("{}\n", inspect_report_json(report).dump(2));
+    } else {
+      fmt::print("{}", inspect_report_text(report));
+    }
+  });
+}
+
+}  // namespace pagoda

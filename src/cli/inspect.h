@@ -1,0 +1,46 @@
+// `pagoda inspect`: plans the KV cache of a model (and drafter) from config.json alone.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include <optional>
+#include <string>
+
+#include "kv/kv_cache_plan.h"
+#include "model/model_config.h"
+
+namespace pagoda {
+
+struct InspectOptions {
+  std::string model_dir;
+  std::string draft_model_dir;  // empty: no drafter
+  std::string kv_cache_memory;  // e.g. "4GiB"; empty: not given
+  std::optional<int64_t> num_blocks;
+  int64_t block_size = 16;
+  std::optional<int64_t> max_model_len;
+  std::string dtype = "auto";
+  std::string attention_backend = "cpu";
+  std::string buffer_layout = "separate";
+  bool json = false;
+};
+
+struct InspectReport {
+  ModelConfig target;
+  std::optional<ModelConfig> drafter;
+  DType dtype = DType::kBF16;
+  std::string attention_backend;
+  KvCachePlan plan;
+};
+
+// Reads the configs and plans the cache. Throws Error on bad input.
+InspectReport build_inspect_report(const InspectOptions& options);
+// The report as a JSON object; docs/inspect-json.md documents its fields.
+nlohmann::json inspect_report_json(const InspectReport& report);
+// The report as tables for a terminal.
+std::string inspect_report_text(const InspectReport& report);
+
+// Adds the `inspect` subcommand to `app`; its callback prints to stdout.
+void add_inspect_command(CLI::App& app);
+
+}  // namespace pagoda

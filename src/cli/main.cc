@@ -1,0 +1,26 @@
+// The pagoda command line.
+#include <fmt/format.h>
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+
+#include "cli/inspect.h"
+#include "core/error.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"pagoda: an LLM inference engine with a heterogeneous paged KV cache", "pagoda"};
+  app.require_subcommand(1);
+  pagoda::add_inspect_command(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& error) {
+    return app.exit(error);
+  } catch (const pagoda::Error& error) {
+    fmt::print(stderr, "error: {}\n", error.what());
+    return 1;
+  } catch (const pagoda::InternalError& error) {
+    fmt::print(stderr, "{}\n", error.what());
+    return 2;
+  }
+  return 0;
+}

@@ -1,0 +1,177 @@
+#include "cli/inspect.h"
+
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+namespace pagoda {
+namespace {
+
+struct CliRun {
+  int exit_code;
+  std::string out;
+  std::string err;
+};
+
+std::string read_file(const std::string& path) {
+  std::ifstream file(path);
+  std::stringstream text;
+  text << file.rdbuf();
+  return text.str();
+}
+
+// Runs the pagoda binary with `args` (a shell-quoted string).
+CliRun run_pagoda(const std::string& args) {
+  // Unique per process: ctest runs tests in parallel processes.
+  static int calls = 0;
+  const std::string stem = ::testing::TempDir() + "pagoda_cli_" + std::to_string(::getpid()) + "_" +
+                           std::to_string(calls++);
+  const std::string out = stem + ".out";
+  const std::string err = stem + ".err";
+  const std::string command =
+      std::string(PAGODA_BINARY) + " " + args + " >" + out + " 2>" + err + " </dev/null";
+  const int status = std::system(command.c_str());
+  CliRun run{WIFEXITED(status) ? WEXITSTATUS(status) : -1, read_file(out), read_file(err)};
+  std::remove(out.c_str());
+  std::remove(err.c_str());
+  return run;
+}
+
+std::string example(const std::string& name) {
+  return std::string(PAGODA_SOURCE_DIR) + "/examples/configs/" + name;
+}
+
+// A directory with config.json holding `text`.
+std::string config_dir(const std::string& name, const std::string& text) {
+  const std::string dir =
+      ::testing::TempDir() + "pagoda_inspect_" + std::to_string(::getpid()) + "_" + name;
+  std::system(("mkdir -p " + dir).c_str());
+  std::ofstream(dir + "/config.json") << text;
+  return dir;
+}
+
+TEST(InspectCliTest, PrintsThePlanAsText) {
+  const CliRun run = run_pagoda("inspect --model " + example("gemma-4-e2b") +
+                                " --kv-cache-memory 1GiB --max-model-len 32768");
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  for (const char* fragment : {"Gemma4ForConditionalGeneration", "shares model.layers.13.self_attn",
+                               "scaled x2 (block 16 -> 32)", "3 tensors share each block id",
+                               "10922 (block 0 is the null", "total KV memory    1023.94 MiB"}) {
+    EXPECT_NE(run.out.find(fragment), std::string::npos) << fragment << "\n" << run.out;
+  }
+}
+
+TEST(InspectCliTest, JsonMatchesThePlan) {
+  const CliRun run = run_pagoda("inspect --model " + example("mimo-v2-flash") + " --draft-model " +
+                                example("mimo-v2-flash-draft-128") +
+                                " --num-blocks 5000 --max-model-len 16384 --json");
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  const nlohmann::json plan = nlohmann::json::parse(run.out);
+  EXPECT_EQ(plan["model"]["architecture"], "MiMoV2FlashForCausalLM");
+  EXPECT_EQ(plan["draft_model"]["architecture"], "Qwen3ForCausalLM");
+  EXPECT_EQ(plan["layers"].size(), 52u);
+  EXPECT_EQ(plan["layers"][48]["name"], "draft.model.layers.0.self_attn");
+  EXPECT_EQ(plan["layers"][0]["head_size_k"], 192);
+  EXPECT_EQ(plan["layers"][0]["head_size_v"], 128);
+  EXPECT_EQ(plan["layers"][1]["bytes_per_token"], 8 * 320 * 2);
+  EXPECT_EQ(plan["kv_cache"]["page_bytes"], 81920);
+  EXPECT_EQ(plan["kv_cache"]["num_blocks"], 5000);
+  EXPECT_EQ(plan["kv_cache"]["total_bytes"],
+            plan["kv_cache"]["bytes_per_block_id"].get<int64_t>() * 5000);
+  bool padded = false;
+  for (const auto& decision : plan["page_sizes"]) {
+    if (decision["action"] == "padded") {
+      padded = true;
+      EXPECT_EQ(decision["after"]["page_bytes"], 81920);
+      EXPECT_EQ(decision["after"]["real_page_bytes"], 65536);
+      EXPECT_DOUBLE_EQ(decision["waste_fraction"].get<double>(), 0.2);
+      EXPECT_EQ(decision["layers"][0], "draft.model.layers.0.self_attn");
+    }
+  }
+  EXPECT_TRUE(padded);
+}
+
+TEST(InspectCliTest, ExampleConfigsAllPlan) {
+  for (const char* args :
+       {"--model llama-3-8b", "--model gemma-4-e2b", "--model gemma-4-e4b",
+        "--model gemma-4-e4b --draft-model gemma-4-e4b-assistant", "--model mimo-v2-flash",
+        "--model mimo-v2-flash --draft-model mimo-v2-flash-draft-128"}) {
+    std::string expanded = args;
+    for (size_t at = expanded.find("--"); at != std::string::npos;
+         at = expanded.find("--", at + 2)) {
+      const size_t name = expanded.find(' ', at) + 1;
+      expanded.insert(name, std::string(PAGODA_SOURCE_DIR) + "/examples/configs/");
+    }
+    const CliRun run = run_pagoda("inspect " + expanded + " --json");
+    EXPECT_EQ(run.exit_code, 0) << args << ": " << run.err;
+    EXPECT_NO_THROW(nlohmann::json::parse(run.out)) << args;
+  }
+}
+
+TEST(InspectCliTest, BadInputIsOneLineAndNonZero) {
+  struct Case {
+    const char* label;
+    std::string args;
+    std::string expected;
+  };
+  const std::string llama = R"({"architectures": ["LlamaForCausalLM"], "hidden_size": 64,
+      "num_attention_heads": 4, "num_hidden_layers": 2, "max_position_embeddings": 64,
+      "vocab_size": 10)";
+  const Case cases[] = {
+      {"missing directory", "--model /nonexistent/model", "/nonexistent/model/config.json"},
+      {"malformed JSON", "--model " + config_dir("malformed", "{\"architectures\": ["),
+       "malformed JSON"},
+      {"wrong type", "--model " + config_dir("type", llama + R"(, "num_key_value_heads": "2"})"),
+       "field 'num_key_value_heads' must be an integer"},
+      {"zero heads", "--model " + config_dir("zero", llama + R"(, "num_key_value_heads": 0})"),
+       "field 'num_key_value_heads' is 0"},
+      {"unsupported architecture",
+       "--model " + config_dir("arch", R"({"architectures": ["BertModel"]})"),
+       "unsupported architecture 'BertModel'"},
+      {"assistant alone", "--model " + example("gemma-4-e4b-assistant"), "only runs as a drafter"},
+      {"too little memory", "--model " + example("llama-3-8b") + " --kv-cache-memory 1MiB",
+       "raise --kv-cache-memory"},
+      {"bad size", "--model " + example("llama-3-8b") + " --kv-cache-memory lots",
+       "'lots' is not a size"},
+      {"bad dtype", "--model " + example("llama-3-8b") + " --dtype int8", "unknown dtype 'int8'"},
+      {"too long", "--model " + example("llama-3-8b") + " --max-model-len 100000",
+       "max_position_embeddings (8192)"},
+      {"bad backend", "--model " + example("llama-3-8b") + " --attention-backend flash",
+       "unknown attention backend 'flash'"},
+      {"zero block size", "--model " + example("llama-3-8b") + " --block-size 0",
+       "block size is 0"},
+  };
+  for (const Case& c : cases) {
+    const CliRun run = run_pagoda("inspect " + c.args);
+    EXPECT_EQ(run.exit_code, 1) << c.label << ": " << run.err;
+    EXPECT_NE(run.err.find(c.expected), std::string::npos) << c.label << ": " << run.err;
+    EXPECT_EQ(std::count(run.err.begin(), run.err.end(), '\n'), 1) << c.label << ": " << run.err;
+    EXPECT_TRUE(run.out.empty()) << c.label;
+  }
+  // Flags CLI11 rejects: missing --model, both sizes at once.
+  EXPECT_NE(run_pagoda("inspect").exit_code, 0);
+  EXPECT_NE(run_pagoda("inspect --model x --num-blocks 5 --kv-cache-memory 1GiB").exit_code, 0);
+}
+
+TEST(InspectReportTest, LibraryCallMatchesTheCli) {
+  InspectOptions options;
+  options.model_dir = example("gemma-4-e4b");
+  options.draft_model_dir = example("gemma-4-e4b-assistant");
+  options.max_model_len = 4096;
+  const InspectReport report = build_inspect_report(options);
+  const nlohmann::json json = inspect_report_json(report);
+  EXPECT_EQ(json["layers"][45]["kv_source"], "model.layers.23.self_attn");
+  EXPECT_EQ(json["layers"][45]["bytes_per_token"], 0);
+  EXPECT_EQ(json["layers"][45]["role"], "drafter");
+  EXPECT_EQ(json["kv_cache"]["num_blocks"],
+            json["kv_cache"]["blocks_per_max_model_len_sequence"].get<int64_t>() + 1);
+  EXPECT_NE(inspect_report_text(report).find("shares model.layers.22.self_attn"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace pagoda
