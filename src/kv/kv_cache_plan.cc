@@ -9,9 +9,14 @@ namespace pagoda {
 namespace {
 
 int64_t choose_num_blocks(const KvCachePlan& plan, const KvCacheOptions& options) {
+  if (plan.page_bytes() > kMaxPoolBytes / plan.slots_per_block) {
+    fail("one block id would take {} pages of {} bytes, over the {} limit of a KV pool",
+         plan.slots_per_block, plan.page_bytes(), format_bytes(kMaxPoolBytes));
+  }
   const int64_t per_block = plan.bytes_per_block_id();
   const int64_t needed = plan.blocks_for_sequence(plan.max_model_len) + kNullBlocks;
   int64_t num_blocks = 0;
+  const int64_t max_blocks = kMaxPoolBytes / per_block;
   if (options.num_blocks) {
     num_blocks = *options.num_blocks;
     if (num_blocks < needed) {
@@ -28,10 +33,15 @@ int64_t choose_num_blocks(const KvCachePlan& plan, const KvCacheOptions& options
           "max_model_len {} tokens needs {} blocks ({}); raise --kv-cache-memory or lower "
           "--max-model-len",
           format_bytes(*options.memory_bytes), num_blocks, format_bytes(per_block),
-          plan.max_model_len, needed, format_bytes(needed * per_block));
+          plan.max_model_len, needed,
+          needed > max_blocks ? "over the pool limit" : format_bytes(needed * per_block));
     }
   } else {
     num_blocks = needed;  // no budget given: exactly one sequence of max_model_len
+  }
+  if (num_blocks > max_blocks) {
+    fail("{} KV blocks of {} would take more than the {} limit of a KV pool", num_blocks,
+         format_bytes(per_block), format_bytes(kMaxPoolBytes));
   }
   return num_blocks;
 }
@@ -92,8 +102,10 @@ std::optional<int64_t> KvCachePlan::max_sequence_tokens() const {
   // blocks_for_sequence is non-decreasing in the token count: binary search the largest fit.
   int64_t low = 0;
   int64_t high = 1;
-  while (blocks_for_sequence(high) <= usable)
+  while (blocks_for_sequence(high) <= usable) {
+    if (high >= kMaxSequenceTokens) return kMaxSequenceTokens;
     high *= 2;
+  }
   while (high - low > 1) {
     const int64_t mid = low + (high - low) / 2;
     (blocks_for_sequence(mid) <= usable ? low : high) = mid;
@@ -113,8 +125,13 @@ KvCachePlan plan_kv_cache(std::vector<KvLayer> layers, const KvCacheOptions& opt
   if (options.num_blocks && *options.num_blocks < 1) {
     fail("the number of KV blocks is {}; it must be at least 1", *options.num_blocks);
   }
-  if (options.memory_bytes && *options.memory_bytes < 1) {
-    fail("the KV cache memory is {} bytes; it must be positive", *options.memory_bytes);
+  if (options.max_model_len > kMaxSequenceTokens) {
+    fail("max_model_len is {}; it must be at most {}", options.max_model_len, kMaxSequenceTokens);
+  }
+  if (options.memory_bytes &&
+      (*options.memory_bytes < 1 || *options.memory_bytes > kMaxPoolBytes)) {
+    fail("the KV cache memory is {} bytes; it must be in [1, {}]", *options.memory_bytes,
+         kMaxPoolBytes);
   }
   KvCachePlan plan;
   plan.layers = std::move(layers);

@@ -55,14 +55,16 @@ struct KvCachePlan {
   int64_t total_bytes() const { return bytes_per_block_id() * num_blocks; }
   // Blocks one sequence of `num_tokens` tokens takes, summed over groups.
   int64_t blocks_for_sequence(int64_t num_tokens) const;
-  // The longest sequence the pool can hold alone; nullopt when only sliding groups exist (no
-  // length runs the pool out).
+  // The longest sequence the pool can hold alone (at most kMaxSequenceTokens); nullopt when only
+  // sliding groups exist (no length runs the pool out).
   std::optional<int64_t> max_sequence_tokens() const;
   // How many sequences of max_model_len tokens fit at once.
   double max_concurrency() const;
 };
 
-constexpr int64_t kNullBlocks = 1;  // block 0 is the null block, never handed out
+constexpr int64_t kNullBlocks = 1;                   // block 0 is the null block, never handed out
+constexpr int64_t kMaxPoolBytes = int64_t{1} << 50;  // larger pools are refused
+constexpr int64_t kMaxSequenceTokens = int64_t{1} << 48;  // max_sequence_tokens() stops here
 
 // Builds the plan. Throws Error when the budget is too small for one max_model_len
 // sequence, or when the layout needs block-stride indexing a backend lacks.

@@ -135,7 +135,9 @@ void append_model(std::vector<KvLayer>& layers, const ModelConfig& model, ModelR
 std::vector<KvLayer> build_kv_layers(const ModelConfig& target, const ModelConfig* drafter,
                                      const KvLayerOptions& options) {
   PAGODA_CHECK(options.backend != nullptr, "build_kv_layers needs an attention backend");
-  if (options.block_size < 1) fail("block size is {}; it must be at least 1", options.block_size);
+  if (options.block_size < 1 || options.block_size > kMaxBlockSize) {
+    fail("block size is {}; it must be in [1, {}]", options.block_size, kMaxBlockSize);
+  }
   std::vector<KvLayer> layers;
   append_model(layers, target, ModelRole::kTarget, options.backend, options);
   if (drafter != nullptr) {

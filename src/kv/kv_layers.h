@@ -26,6 +26,8 @@ struct KvLayer {
   bool is_drafter() const { return role == ModelRole::kDrafter; }
 };
 
+constexpr int64_t kMaxBlockSize = 65536;  // tokens
+
 struct KvLayerOptions {
   int64_t block_size = 16;  // tokens per block before page-size unification
   DType dtype = DType::kBF16;

@@ -20,7 +20,7 @@ std::vector<std::string> layer_names(const std::vector<KvLayer>& layers,
 const AttentionBackend* backend_without_block_stride(const std::vector<KvLayer>& layers,
                                                      const std::vector<int64_t>& indices) {
   for (int64_t i : indices) {
-    if (!layers[i].backend->indexes_kv_by_block_stride(layers[i].spec->page)) {
+    if (!layers[i].spec->indexes_kv_by_block_stride) {
       return layers[i].backend;
     }
   }

@@ -1,5 +1,7 @@
 #include "model/config_reader.h"
 
+#include <cmath>
+
 #include "core/error.h"
 
 namespace pagoda {
@@ -45,7 +47,7 @@ int64_t ConfigReader::integer(const std::string& key) const {
   // Some exporters write integral floats (e.g. 4096.0).
   if (value.is_number_float()) {
     const double number = value.get<double>();
-    if (number == static_cast<double>(static_cast<int64_t>(number))) {
+    if (std::isfinite(number) && std::abs(number) < 0x1p62 && number == std::trunc(number)) {
       return static_cast<int64_t>(number);
     }
   }
@@ -61,14 +63,18 @@ std::optional<int64_t> ConfigReader::optional_integer(const std::string& key) co
   return integer(key);
 }
 
-int64_t ConfigReader::positive(const std::string& key) const {
+int64_t ConfigReader::positive(const std::string& key, int64_t limit) const {
   const int64_t value = integer(key);
   if (value < 1) fail_field(key, "is " + std::to_string(value) + "; it must be at least 1");
+  if (value > limit) {
+    fail_field(key,
+               "is " + std::to_string(value) + "; it must be at most " + std::to_string(limit));
+  }
   return value;
 }
 
-int64_t ConfigReader::positive_or(const std::string& key, int64_t fallback) const {
-  return has(key) ? positive(key) : fallback;
+int64_t ConfigReader::positive_or(const std::string& key, int64_t fallback, int64_t limit) const {
+  return has(key) ? positive(key, limit) : fallback;
 }
 
 bool ConfigReader::boolean_or(const std::string& key, bool fallback) const {

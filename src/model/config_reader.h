@@ -22,9 +22,13 @@ class ConfigReader {
   int64_t integer(const std::string& key) const;  // required
   int64_t integer_or(const std::string& key, int64_t fallback) const;
   std::optional<int64_t> optional_integer(const std::string& key) const;
-  // A required integer >= 1.
-  int64_t positive(const std::string& key) const;
-  int64_t positive_or(const std::string& key, int64_t fallback) const;
+  // A required integer in [1, limit].
+  int64_t positive(const std::string& key, int64_t limit = kMaxConfigInteger) const;
+  int64_t positive_or(const std::string& key, int64_t fallback,
+                      int64_t limit = kMaxConfigInteger) const;
+
+  // No size in a config is larger; bounding them keeps all byte arithmetic inside int64.
+  static constexpr int64_t kMaxConfigInteger = int64_t{1} << 40;
   bool boolean_or(const std::string& key, bool fallback) const;
   std::string string(const std::string& key) const;  // required
   std::optional<std::string> optional_string(const std::string& key) const;

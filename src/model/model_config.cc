@@ -66,6 +66,18 @@ std::optional<DType> read_dtype(const ConfigReader& config) {
   return std::nullopt;
 }
 
+// Per-layer heads and head sizes come from several fields and overrides; bound them once here.
+void check_layer_shape(const ConfigReader& config, const LayerAttentionConfig& layer) {
+  for (const int64_t value :
+       {layer.num_q_heads, layer.num_kv_heads, layer.head_size_k, layer.head_size_v}) {
+    if (value < 1 || value > kMaxHeadsOrHeadSize) {
+      fail("{}: layer {} has heads {}/{} and head sizes {}/{}; each must be in [1, {}]",
+           config.source(), layer.name, layer.num_q_heads, layer.num_kv_heads, layer.head_size_k,
+           layer.head_size_v, kMaxHeadsOrHeadSize);
+    }
+  }
+}
+
 }  // namespace
 
 std::string_view attention_kind_name(AttentionKind kind) {
@@ -102,6 +114,8 @@ ModelConfig parse_model_config(const nlohmann::json& json, const std::string& so
   model.vocab_size = text.positive("vocab_size");
   model.hidden_size = text.positive("hidden_size");
   arch.read_layers(text, model);
+  for (const LayerAttentionConfig& layer : model.layers)
+    check_layer_shape(config, layer);
   return model;
 }
 
@@ -143,6 +157,10 @@ std::vector<AttentionKind> parse_layer_types(const ConfigReader& text, int64_t n
     }
   }
   return kinds;
+}
+
+int64_t read_num_layers(const ConfigReader& text) {
+  return text.positive("num_hidden_layers", kMaxLayers);
 }
 
 HeadCounts read_head_counts(const ConfigReader& text, const std::string& q_key,

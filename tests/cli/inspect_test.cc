@@ -144,6 +144,8 @@ TEST(InspectCliTest, BadInputIsOneLineAndNonZero) {
        "unknown attention backend 'flash'"},
       {"zero block size", "--model " + example("llama-3-8b") + " --block-size 0",
        "block size is 0"},
+      {"huge block count", "--model " + example("llama-3-8b") + " --num-blocks 4611686018427387904",
+       "limit of a KV pool"},
   };
   for (const Case& c : cases) {
     const CliRun run = run_pagoda("inspect " + c.args);

@@ -45,6 +45,14 @@ TEST(KvCachePlanTest, TooSmallBudgetNamesTheNumbers) {
   expect_error([&] { plan(model, nullptr, {.num_blocks = 4, .max_model_len = 64}); },
                {"4 KV blocks", "needs 5 blocks"});
   expect_error([&] { plan(model, nullptr, {.max_model_len = 0}); }, {"max_model_len is 0"});
+  // Sizes past what int64 byte arithmetic can hold are refused, not wrapped.
+  expect_error([&] { plan(model, nullptr, {.num_blocks = int64_t{1} << 62, .max_model_len = 64}); },
+               {"limit of a KV pool"});
+  expect_error(
+      [&] { plan(model, nullptr, {.memory_bytes = int64_t{1} << 62, .max_model_len = 64}); },
+      {"KV cache memory"});
+  expect_error([&] { plan(model, nullptr, {.max_model_len = int64_t{1} << 60}); },
+               {"max_model_len is"});
 }
 
 TEST(KvCachePlanTest, SlidingGroupsNeedOnlyTheirWindow) {

@@ -7,6 +7,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 
 #include "core/error.h"
 
@@ -242,6 +243,17 @@ TEST(ModelConfigTest, BadInputNamesTheProblem) {
   config["layer_types"] = {"full_attention", "chunked_attention"};
   expect_error(config, {"layer_types", "chunked_attention"});
 
+  // Absurd sizes are errors before anything is allocated or multiplied.
+  config = tiny_llama();
+  config["num_hidden_layers"] = int64_t{1} << 40;
+  expect_error(config, {"num_hidden_layers", "at most 4096"});
+  config = tiny_llama();
+  config["head_dim"] = 1 << 20;
+  expect_error(config, {"model.layers.0.self_attn", "head sizes 1048576/1048576"});
+  config = tiny_llama();
+  config["vocab_size"] = int64_t{1} << 50;
+  expect_error(config, {"vocab_size", "at most"});
+
   expect_error(nlohmann::json::array(), {"must be a JSON object"});
   expect_error({{"hidden_size", 4}}, {"neither 'architectures' nor 'model_type'"});
 }
@@ -282,6 +294,57 @@ TEST(ModelConfigTest, FilesAndMalformedJson) {
   }
   std::remove((dir + "/config.json").c_str());
   std::remove(dir.c_str());
+}
+
+}  // namespace
+}  // namespace pagoda
+
+namespace pagoda {
+namespace {
+
+// Every field of every example config, removed or replaced by a value of another type or an
+// absurd size, gives either a config or an Error: never another exception or a crash.
+TEST(ModelConfigTest, MutatedExampleConfigsNeverCrash) {
+  const nlohmann::json replacements[] = {nullptr,
+                                         "text",
+                                         -1,
+                                         0,
+                                         1e30,
+                                         int64_t{1} << 62,
+                                         nlohmann::json::array(),
+                                         nlohmann::json::object(),
+                                         true};
+  int parsed = 0;
+  int rejected = 0;
+  for (const char* name : {"llama-3-8b", "gemma-4-e2b", "gemma-4-e4b", "gemma-4-e4b-assistant",
+                           "mimo-v2-flash", "mimo-v2-flash-draft-128"}) {
+    std::ifstream file(example(name) + "/config.json");
+    const nlohmann::json original = nlohmann::json::parse(file);
+    const bool nested = original.contains("text_config");
+    const nlohmann::json& fields = nested ? original["text_config"] : original;
+    for (const auto& [key, value] : fields.items()) {
+      std::vector<nlohmann::json> variants;
+      for (const nlohmann::json& replacement : replacements) {
+        nlohmann::json mutated = original;
+        (nested ? mutated["text_config"] : mutated)[key] = replacement;
+        variants.push_back(mutated);
+      }
+      nlohmann::json removed = original;
+      (nested ? removed["text_config"] : removed).erase(key);
+      variants.push_back(removed);
+      for (const nlohmann::json& variant : variants) {
+        try {
+          parse_model_config(variant, name);
+          ++parsed;
+        } catch (const Error&) {
+          ++rejected;
+        }
+      }
+    }
+  }
+  // Both outcomes occur: the mutations reach fields that matter and fields that do not.
+  EXPECT_GT(parsed, 100);
+  EXPECT_GT(rejected, 100);
 }
 
 }  // namespace

@@ -14,7 +14,10 @@ void read_gemma4_assistant_layers(const ConfigReader& text, ModelConfig& model);
 void read_mimo_v2_flash_layers(const ConfigReader& text, ModelConfig& model);
 
 // Helpers shared by the readers.
-std::string attention_layer_name(int64_t index);  // "model.layers.<index>.self_attn"
+constexpr int64_t kMaxLayers = 4096;
+constexpr int64_t kMaxHeadsOrHeadSize = 65536;
+int64_t read_num_layers(const ConfigReader& text);  // num_hidden_layers in [1, kMaxLayers]
+std::string attention_layer_name(int64_t index);    // "model.layers.<index>.self_attn"
 // Parses "full_attention" / "sliding_attention" entries of `layer_types`.
 std::vector<AttentionKind> parse_layer_types(const ConfigReader& text, int64_t num_layers);
 // num_attention_heads / num_key_value_heads with GQA divisibility checked.

@@ -95,7 +95,7 @@ int64_t read_num_kv_shared_layers(const ConfigReader& text, int64_t num_layers) 
 }  // namespace
 
 void read_gemma4_layers(const ConfigReader& text, ModelConfig& model) {
-  const int64_t num_layers = text.positive("num_hidden_layers");
+  const int64_t num_layers = read_num_layers(text);
   model.layers = gemma4_attention_shapes(text, num_layers);
   const int64_t shared = read_num_kv_shared_layers(text, num_layers);
   if (shared == num_layers) {
@@ -127,7 +127,7 @@ void read_gemma4_layers(const ConfigReader& text, ModelConfig& model) {
 }
 
 void read_gemma4_assistant_layers(const ConfigReader& text, ModelConfig& model) {
-  const int64_t num_layers = text.positive("num_hidden_layers");
+  const int64_t num_layers = read_num_layers(text);
   model.layers = gemma4_attention_shapes(text, num_layers);
   const int64_t shared = read_num_kv_shared_layers(text, num_layers);
   if (shared != 0 && shared != num_layers) {

@@ -6,7 +6,7 @@
 namespace pagoda {
 
 void read_llama_layers(const ConfigReader& text, ModelConfig& model) {
-  const int64_t num_layers = text.positive("num_hidden_layers");
+  const int64_t num_layers = read_num_layers(text);
   const HeadCounts heads = read_head_counts(text, "num_attention_heads", "num_key_value_heads");
   int64_t head_size = 0;
   if (text.has("head_dim")) {

@@ -9,7 +9,7 @@
 namespace pagoda {
 
 void read_mimo_v2_flash_layers(const ConfigReader& text, ModelConfig& model) {
-  const int64_t num_layers = text.positive("num_hidden_layers");
+  const int64_t num_layers = read_num_layers(text);
   std::vector<AttentionKind> kinds(num_layers, AttentionKind::kFull);
   if (auto pattern = text.optional_integer_list("hybrid_layer_pattern")) {
     if (static_cast<int64_t>(pattern->size()) != num_layers) {
