@@ -1,6 +1,7 @@
 // Element types of tensors and their conversions.
 #pragma once
 
+#include <bit>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -18,9 +19,19 @@ bool is_floating(DType dtype);
 DType parse_dtype(std::string_view name);
 
 // IEEE half and bfloat16 bit patterns <-> float. Narrowing rounds to nearest even; NaN stays NaN.
+// The bfloat16 pair is inline: weight widening calls it once per element.
 float f16_to_f32(uint16_t bits);
 uint16_t f32_to_f16(float value);
-float bf16_to_f32(uint16_t bits);
-uint16_t f32_to_bf16(float value);
+
+inline float bf16_to_f32(uint16_t bits) {
+  return std::bit_cast<float>(static_cast<uint32_t>(bits) << 16);
+}
+
+inline uint16_t f32_to_bf16(float value) {
+  const uint32_t bits = std::bit_cast<uint32_t>(value);
+  if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((bits >> 16) | 0x40u);
+  const uint32_t rounding = 0x7fffu + ((bits >> 16) & 1u);
+  return static_cast<uint16_t>((bits + rounding) >> 16);
+}
 
 }  // namespace pagoda

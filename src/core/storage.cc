@@ -15,24 +15,43 @@
 namespace pagoda {
 namespace {
 
+// Small buffers come from aligned_alloc; large ones are anonymous mappings, which the kernel
+// zero-fills lazily (no separate memset pass) and may back with huge pages.
 class HostStorage final : public Storage {
  public:
   explicit HostStorage(int64_t size_bytes) : size_(size_bytes) {
     if (size_ == 0) return;
+    if (size_ >= kMappedThreshold) {
+      void* mapped =
+          ::mmap(nullptr, size_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      if (mapped == MAP_FAILED) fail("cannot allocate {} bytes of host memory", size_);
+      ::madvise(mapped, size_, MADV_HUGEPAGE);
+      data_ = static_cast<std::byte*>(mapped);
+      mapped_ = true;
+      return;
+    }
     const int64_t rounded = (size_ + kHostAlignment - 1) / kHostAlignment * kHostAlignment;
     data_ = static_cast<std::byte*>(std::aligned_alloc(kHostAlignment, rounded));
     if (data_ == nullptr) fail("cannot allocate {} bytes of host memory", size_);
     std::memset(data_, 0, rounded);
   }
-  ~HostStorage() override { std::free(data_); }
+  ~HostStorage() override {
+    if (mapped_) {
+      ::munmap(data_, size_);
+    } else {
+      std::free(data_);
+    }
+  }
   std::byte* data() override { return data_; }
   int64_t size_bytes() const override { return size_; }
   Device device() const override { return Device::cpu(); }
   bool writable() const override { return true; }
 
  private:
+  static constexpr int64_t kMappedThreshold = int64_t{1} << 20;
   std::byte* data_ = nullptr;
   int64_t size_;
+  bool mapped_ = false;
 };
 
 class MappedFileStorage final : public Storage {

@@ -13,7 +13,7 @@ namespace pagoda {
 namespace {
 
 TEST(StorageTest, HostStorageIsAlignedAndZeroed) {
-  for (int64_t size : {1, 63, 64, 1000}) {
+  for (int64_t size : {int64_t{1}, int64_t{63}, int64_t{64}, int64_t{1000}, int64_t{3} << 20}) {
     auto storage = allocate_host(size);
     EXPECT_EQ(storage->size_bytes(), size);
     EXPECT_EQ(reinterpret_cast<uintptr_t>(storage->data()) % kHostAlignment, 0u);

@@ -1,0 +1,165 @@
+#include "model/weights.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <cstdio>
+
+#include "core/error.h"
+#include "core/thread_pool.h"
+#include "core/units.h"
+
+namespace pagoda {
+namespace {
+
+constexpr int64_t kProgressThresholdBytes = int64_t{1} << 30;
+
+uint64_t hash_name(const std::string& name, uint64_t seed) {
+  uint64_t hash = 1469598103934665603ull ^ seed;  // FNV-1a
+  for (unsigned char c : name)
+    hash = (hash ^ c) * 1099511628211ull;
+  return hash;
+}
+
+// splitmix64: a fast, well-mixed stream from a 64-bit state.
+uint64_t next_random(uint64_t& state) {
+  uint64_t z = (state += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+// Fills `tensor` (contiguous) with uniform values in [-bound, bound), seeded by its name. Chunks
+// have their own streams, so the values do not depend on the number of threads.
+template <typename T, typename Convert>
+void fill_uniform(T* data, int64_t numel, uint64_t base, Convert convert) {
+  constexpr float kBound = 0.02f;
+  constexpr int64_t kChunk = 1 << 16;
+  ThreadPool::global().parallel_for(
+      (numel + kChunk - 1) / kChunk, [&](int64_t first, int64_t last) {
+        for (int64_t c = first; c < last; ++c) {
+          uint64_t state = base + static_cast<uint64_t>(c) * 0x632be59bd9b4e019ull;
+          const int64_t end = std::min(numel, (c + 1) * kChunk);
+          for (int64_t i = c * kChunk; i < end; ++i) {
+            const float unit = static_cast<float>(next_random(state) >> 40) * 0x1p-24f;
+            data[i] = convert((2.0f * unit - 1.0f) * kBound);
+          }
+        }
+      });
+}
+
+void fill_dummy(const Tensor& tensor, const std::string& name, uint64_t seed) {
+  const uint64_t base = hash_name(name, seed);
+  switch (tensor.dtype()) {
+    case DType::kF32:
+      fill_uniform(tensor.data<float>(), tensor.numel(), base, [](float v) { return v; });
+      break;
+    case DType::kF16:
+      fill_uniform(tensor.data<uint16_t>(), tensor.numel(), base, f32_to_f16);
+      break;
+    case DType::kBF16:
+      fill_uniform(tensor.data<uint16_t>(), tensor.numel(), base, f32_to_bf16);
+      break;
+    default:
+      PAGODA_CHECK(false, "dummy weights must be floating");
+  }
+}
+
+// Reads one byte per page so the mapping is resident before the first step.
+void touch_pages(const Tensor& tensor) {
+  const volatile std::byte* data = tensor.raw_data();
+  const int64_t bytes = tensor.numel() * tensor.element_size();
+  std::byte sink{0};
+  for (int64_t offset = 0; offset < bytes; offset += 4096)
+    sink ^= data[offset];
+  (void)sink;
+}
+
+}  // namespace
+
+LoadFormat parse_load_format(const std::string& text) {
+  if (text == "auto" || text == "safetensors") return LoadFormat::kSafetensors;
+  if (text == "dummy") return LoadFormat::kDummy;
+  fail("unknown load format '{}'; expected auto, safetensors or dummy", text);
+}
+
+WeightSource WeightSource::from_checkpoint(const std::string& model_dir) {
+  WeightSource source;
+  source.checkpoint_ = Checkpoint::open(model_dir);
+  source.total_bytes_ = source.checkpoint_->total_bytes();
+  source.show_progress_ =
+      source.total_bytes_ >= kProgressThresholdBytes && ::isatty(STDERR_FILENO) == 1;
+  return source;
+}
+
+WeightSource WeightSource::dummy(DType dtype, uint64_t seed) {
+  if (!is_floating(dtype)) fail("dummy weights need a floating dtype, not {}", dtype_name(dtype));
+  WeightSource source;
+  source.dummy_dtype_ = dtype;
+  source.seed_ = seed;
+  return source;
+}
+
+bool WeightSource::has(const std::string& name) const {
+  return checkpoint_ && checkpoint_->contains(name);
+}
+
+Tensor WeightSource::get(const std::string& name, const Shape& shape) {
+  if (used_.count(name) != 0) PAGODA_CHECK(false, "weight '{}' bound twice", name);
+  used_.insert(name);
+  if (!checkpoint_) {
+    Tensor tensor = Tensor::empty(shape, dummy_dtype_);
+    fill_dummy(tensor, name, seed_);
+    return tensor;
+  }
+  if (!checkpoint_->contains(name)) {
+    fail("checkpoint is missing tensor '{}' (expected shape {})", name, shape);
+  }
+  Tensor tensor = checkpoint_->tensor(name);
+  if (tensor.shape() != shape) {
+    fail("{}: tensor '{}' has shape {}; the architecture expects {}", checkpoint_->file_of(name),
+         name, tensor.shape(), shape);
+  }
+  // Views of the mapping are kept when aligned; otherwise copied so elements load aligned.
+  if (reinterpret_cast<uintptr_t>(tensor.raw_data()) % tensor.element_size() != 0) {
+    tensor = tensor.clone();
+  } else {
+    touch_pages(tensor);
+  }
+  report_progress(tensor.numel() * tensor.element_size());
+  return tensor;
+}
+
+std::vector<std::string> WeightSource::unused() const {
+  std::vector<std::string> names;
+  if (!checkpoint_) return names;
+  for (const std::string& name : checkpoint_->names()) {
+    if (used_.count(name) == 0) names.push_back(name);
+  }
+  return names;
+}
+
+void WeightSource::finish() {
+  if (show_progress_) std::fputs("\n", stderr);
+  show_progress_ = false;
+  const std::vector<std::string> ignored = unused();
+  if (!ignored.empty()) {
+    spdlog::debug("{} checkpoint tensors are not used by the architecture: {}", ignored.size(),
+                  fmt::join(ignored, ", "));
+  }
+}
+
+void WeightSource::report_progress(int64_t bytes) {
+  loaded_bytes_ += bytes;
+  if (!show_progress_ || total_bytes_ == 0) return;
+  const int percent = static_cast<int>(100 * loaded_bytes_ / total_bytes_);
+  if (percent == last_percent_) return;
+  last_percent_ = percent;
+  std::fprintf(stderr, "\rloading weights %3d%% (%s of %s)", percent,
+               format_bytes(loaded_bytes_).c_str(), format_bytes(total_bytes_).c_str());
+  std::fflush(stderr);
+}
+
+}  // namespace pagoda

@@ -1,0 +1,50 @@
+// Binds checkpoint tensors by name to what an architecture expects, or makes seeded random
+// weights of the right shapes (--load-format dummy).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <set>
+#include <string>
+
+#include "model/safetensors.h"
+
+namespace pagoda {
+
+enum class LoadFormat { kSafetensors, kDummy };
+
+// Parses "safetensors" / "auto" or "dummy". Throws Error naming the value.
+LoadFormat parse_load_format(const std::string& text);
+
+class WeightSource {
+ public:
+  // Reads the checkpoint in `model_dir`.
+  static WeightSource from_checkpoint(const std::string& model_dir);
+  // Every tensor asked for is made with `dtype` and seeded uniform values.
+  static WeightSource dummy(DType dtype, uint64_t seed);
+
+  // The tensor `name` with exactly `shape`, on the host in its stored dtype (f32, f16 or bf16),
+  // aligned to its element size. Throws Error naming the tensor when it is missing or shaped
+  // otherwise.
+  Tensor get(const std::string& name, const Shape& shape);
+  // True when `name` exists (always false for dummy weights, so optional tensors are skipped).
+  bool has(const std::string& name) const;
+  // Checkpoint tensors never asked for, in name order.
+  std::vector<std::string> unused() const;
+  // Logs unused tensors once at debug level and ends the progress display.
+  void finish();
+
+ private:
+  void report_progress(int64_t bytes);
+
+  std::optional<Checkpoint> checkpoint_;
+  DType dummy_dtype_ = DType::kBF16;
+  uint64_t seed_ = 0;
+  std::set<std::string> used_;
+  int64_t total_bytes_ = 0;
+  int64_t loaded_bytes_ = 0;
+  int last_percent_ = -1;
+  bool show_progress_ = false;
+};
+
+}  // namespace pagoda
