@@ -1,0 +1,170 @@
+#include "ops/cpu/ops.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "core/thread_pool.h"
+
+namespace pagoda::cpu {
+namespace {
+
+void check_rows(const Tensor& t, const char* what) {
+  PAGODA_CHECK(t.dim() == 2 && t.is_contiguous() && t.dtype() == DType::kF32,
+               "{} must be a contiguous 2-D f32 tensor; got shape {}", what, t.shape());
+}
+
+}  // namespace
+
+float load_float(const std::byte* element, DType dtype) {
+  switch (dtype) {
+    case DType::kF32: {
+      float value;
+      std::memcpy(&value, element, 4);
+      return value;
+    }
+    case DType::kF16:
+    case DType::kBF16: {
+      uint16_t bits;
+      std::memcpy(&bits, element, 2);
+      return dtype == DType::kF16 ? f16_to_f32(bits) : bf16_to_f32(bits);
+    }
+    default:
+      PAGODA_CHECK(false, "load_float of {}", dtype_name(dtype));
+  }
+}
+
+void store_float(std::byte* element, DType dtype, float value) {
+  switch (dtype) {
+    case DType::kF32:
+      std::memcpy(element, &value, 4);
+      return;
+    case DType::kF16: {
+      const uint16_t bits = f32_to_f16(value);
+      std::memcpy(element, &bits, 2);
+      return;
+    }
+    case DType::kBF16: {
+      const uint16_t bits = f32_to_bf16(value);
+      std::memcpy(element, &bits, 2);
+      return;
+    }
+    default:
+      PAGODA_CHECK(false, "store_float of {}", dtype_name(dtype));
+  }
+}
+
+void embedding(const Tensor& table, const std::vector<int32_t>& ids, const Tensor& out) {
+  check_rows(out, "embedding output");
+  const int64_t vocab = table.size(0);
+  const int64_t hidden = table.size(1);
+  PAGODA_CHECK(out.size(0) == static_cast<int64_t>(ids.size()) && out.size(1) == hidden,
+               "embedding output shape {}", out.shape());
+  for (int32_t id : ids) {
+    if (id < 0 || id >= vocab) fail("token id {} is outside the vocabulary of {}", id, vocab);
+  }
+  const int64_t element = table.element_size();
+  ThreadPool::global().parallel_for(
+      static_cast<int64_t>(ids.size()), [&](int64_t begin, int64_t end) {
+        for (int64_t t = begin; t < end; ++t) {
+          const std::byte* row = table.raw_data() + ids[t] * hidden * element;
+          float* dst = out.data<float>() + t * hidden;
+          for (int64_t h = 0; h < hidden; ++h)
+            dst[h] = load_float(row + h * element, table.dtype());
+        }
+      });
+}
+
+void rms_norm(const Tensor& x, const Tensor& weight, float eps, float weight_offset,
+              const Tensor& out) {
+  check_rows(x, "rms_norm input");
+  check_rows(out, "rms_norm output");
+  const int64_t dim = x.size(1);
+  PAGODA_CHECK(weight.numel() == dim && out.size(0) == x.size(0), "rms_norm shapes");
+  std::vector<float> scale(dim);
+  for (int64_t i = 0; i < dim; ++i) {
+    scale[i] =
+        load_float(weight.raw_data() + i * weight.element_size(), weight.dtype()) + weight_offset;
+  }
+  ThreadPool::global().parallel_for(x.size(0), [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      const float* in = x.data<float>() + r * dim;
+      float* dst = out.data<float>() + r * dim;
+      float sum = 0.0f;
+      for (int64_t i = 0; i < dim; ++i)
+        sum += in[i] * in[i];
+      const float inverse = 1.0f / std::sqrt(sum / static_cast<float>(dim) + eps);
+      for (int64_t i = 0; i < dim; ++i)
+        dst[i] = in[i] * inverse * scale[i];
+    }
+  });
+}
+
+void add_in_place(const Tensor& x, const Tensor& y) {
+  PAGODA_CHECK(x.shape() == y.shape() && x.is_contiguous() && y.is_contiguous() &&
+                   x.dtype() == DType::kF32 && y.dtype() == DType::kF32,
+               "add_in_place shapes {} and {}", x.shape(), y.shape());
+  float* a = x.data<float>();
+  const float* b = y.data<float>();
+  ThreadPool::global().parallel_for(x.numel(), [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i)
+      a[i] += b[i];
+  });
+}
+
+void gated_activation(Activation activation, const Tensor& gate_up, const Tensor& out) {
+  check_rows(gate_up, "gated activation input");
+  check_rows(out, "gated activation output");
+  const int64_t inner = out.size(1);
+  PAGODA_CHECK(gate_up.size(1) == 2 * inner && gate_up.size(0) == out.size(0),
+               "gated activation shapes {} -> {}", gate_up.shape(), out.shape());
+  ThreadPool::global().parallel_for(out.size(0), [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      const float* gate = gate_up.data<float>() + r * 2 * inner;
+      const float* up = gate + inner;
+      float* dst = out.data<float>() + r * inner;
+      for (int64_t i = 0; i < inner; ++i) {
+        const float g = gate[i];
+        float activated;
+        if (activation == Activation::kSilu) {
+          activated = g / (1.0f + std::exp(-g));
+        } else {
+          constexpr float kSqrt2OverPi = 0.7978845608028654f;
+          activated = 0.5f * g * (1.0f + std::tanh(kSqrt2OverPi * (g + 0.044715f * g * g * g)));
+        }
+        dst[i] = activated * up[i];
+      }
+    }
+  });
+}
+
+void softcap_in_place(const Tensor& x, float cap) {
+  PAGODA_CHECK(x.is_contiguous() && x.dtype() == DType::kF32, "softcap needs contiguous f32");
+  float* data = x.data<float>();
+  ThreadPool::global().parallel_for(x.numel(), [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i)
+      data[i] = cap * std::tanh(data[i] / cap);
+  });
+}
+
+void log_softmax(const Tensor& logits, const Tensor& out) {
+  check_rows(logits, "log_softmax input");
+  check_rows(out, "log_softmax output");
+  const int64_t vocab = logits.size(1);
+  ThreadPool::global().parallel_for(logits.size(0), [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      const float* in = logits.data<float>() + r * vocab;
+      float* dst = out.data<float>() + r * vocab;
+      float max = in[0];
+      for (int64_t i = 1; i < vocab; ++i)
+        max = std::max(max, in[i]);
+      double sum = 0.0;
+      for (int64_t i = 0; i < vocab; ++i)
+        sum += std::exp(static_cast<double>(in[i] - max));
+      const float log_sum = static_cast<float>(std::log(sum)) + max;
+      for (int64_t i = 0; i < vocab; ++i)
+        dst[i] = in[i] - log_sum;
+    }
+  });
+}
+
+}  // namespace pagoda::cpu

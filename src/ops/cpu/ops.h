@@ -1,0 +1,37 @@
+// Elementwise and row-wise CPU ops on f32 activations. Rows run in parallel on the global pool.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace pagoda::cpu {
+
+// out[t] = table[ids[t]] widened to f32. table: [vocab, hidden] f32/f16/bf16; out: [T, hidden].
+// Throws Error when an id is outside the vocabulary.
+void embedding(const Tensor& table, const std::vector<int32_t>& ids, const Tensor& out);
+
+// out = x / rms(x) * (weight + weight_offset) over the last dim. x, out: [rows, dim] (may alias);
+// weight: [dim] any float dtype. weight_offset is 0 for Llama-style norms, 1 for Gemma-style.
+void rms_norm(const Tensor& x, const Tensor& weight, float eps, float weight_offset,
+              const Tensor& out);
+
+// x += y, both [rows, dim] contiguous f32.
+void add_in_place(const Tensor& x, const Tensor& y);
+
+// out[t] = act(gate_up[t, :I]) * gate_up[t, I:]. gate_up: [T, 2I]; out: [T, I].
+enum class Activation { kSilu, kGeluTanh };
+void gated_activation(Activation activation, const Tensor& gate_up, const Tensor& out);
+
+// x = cap * tanh(x / cap), elementwise over a contiguous f32 tensor.
+void softcap_in_place(const Tensor& x, float cap);
+
+// Row-wise log-softmax of logits [rows, vocab] into out (may alias).
+void log_softmax(const Tensor& logits, const Tensor& out);
+
+// Widens a row of a float tensor of any dtype to f32.
+float load_float(const std::byte* element, DType dtype);
+void store_float(std::byte* element, DType dtype, float value);
+
+}  // namespace pagoda::cpu
