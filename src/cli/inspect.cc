@@ -8,6 +8,7 @@
 #include "attention/backend.h"
 #include "core/error.h"
 #include "core/units.h"
+#include "engine/cache_setup.h"
 
 namespace pagoda {
 namespace {
@@ -38,26 +39,6 @@ class TextTable {
  private:
   std::vector<std::vector<std::string>> rows_;
 };
-
-KvBufferLayout parse_buffer_layout(const std::string& text) {
-  if (text == "separate") return KvBufferLayout::kSeparate;
-  if (text == "interleaved") return KvBufferLayout::kInterleaved;
-  fail("unknown KV buffer layout '{}'; expected separate or interleaved", text);
-}
-
-std::string_view buffer_layout_name(KvBufferLayout layout) {
-  return layout == KvBufferLayout::kSeparate ? "separate" : "interleaved";
-}
-
-DType choose_dtype(const std::string& requested, const ModelConfig& target) {
-  if (requested == "auto") return target.dtype.value_or(DType::kBF16);
-  const DType dtype = parse_dtype(requested);
-  if (!is_floating(dtype)) {
-    fail("--dtype {} is not a floating type; expected auto, float32, bfloat16 or float16",
-         requested);
-  }
-  return dtype;
-}
 
 std::string window_text(const KvSpec& spec) {
   return spec.kind == AttentionKind::kSliding ? std::to_string(spec.sliding_window) : "-";
@@ -118,27 +99,11 @@ InspectReport build_inspect_report(const InspectOptions& options) {
   if (!options.draft_model_dir.empty()) {
     report.drafter = load_model_config(options.draft_model_dir);
   }
-  report.dtype = choose_dtype(options.dtype, report.target);
-  const AttentionBackend& backend = find_attention_backend(options.attention_backend);
-  report.attention_backend = backend.name();
-
-  KvCacheOptions cache;
-  cache.max_model_len = options.max_model_len.value_or(report.target.max_position_embeddings);
-  if (cache.max_model_len > report.target.max_position_embeddings) {
-    fail("--max-model-len {} is longer than the model's max_position_embeddings ({}) in {}",
-         cache.max_model_len, report.target.max_position_embeddings, report.target.source);
-  }
-  if (!options.kv_cache_memory.empty()) {
-    cache.memory_bytes = parse_byte_size(options.kv_cache_memory);
-  }
-  cache.num_blocks = options.num_blocks;
-  cache.layout = parse_buffer_layout(options.buffer_layout);
-
-  const KvLayerOptions layer_options{
-      .block_size = options.block_size, .dtype = report.dtype, .backend = &backend};
-  std::vector<KvLayer> layers =
-      build_kv_layers(report.target, report.drafter ? &*report.drafter : nullptr, layer_options);
-  report.plan = plan_kv_cache(std::move(layers), cache);
+  CacheSetup setup =
+      plan_cache(report.target, report.drafter ? &*report.drafter : nullptr, options.cache);
+  report.dtype = setup.dtype;
+  report.attention_backend = setup.backend->name();
+  report.plan = std::move(setup.plan);
   return report;
 }
 
@@ -150,7 +115,7 @@ nlohmann::json inspect_report_json(const InspectReport& report) {
   out["dtype"] = dtype_name(report.dtype);
   out["attention_backend"] = report.attention_backend;
   out["max_model_len"] = plan.max_model_len;
-  out["buffer_layout"] = buffer_layout_name(plan.layout);
+  out["buffer_layout"] = kv_buffer_layout_name(plan.layout);
 
   nlohmann::json layers = nlohmann::json::array();
   for (size_t i = 0; i < plan.layers.size(); ++i) {
@@ -281,7 +246,7 @@ std::string inspect_report_text(const InspectReport& report) {
   }
   out += groups.render("  ") + "\n";
 
-  out += fmt::format("buffers ({})\n", buffer_layout_name(plan.layout));
+  out += fmt::format("buffers ({})\n", kv_buffer_layout_name(plan.layout));
   TextTable buffers({"buffer", "size", "layers"});
   for (size_t b = 0; b < plan.buffers.size(); ++b) {
     buffers.add({std::to_string(b), format_bytes(plan.buffers[b].size_bytes),
@@ -311,22 +276,7 @@ void add_inspect_command(CLI::App& app) {
       ->required();
   inspect->add_option("--draft-model", options->draft_model_dir,
                       "Drafter directory (a Gemma 4 assistant or any supported model)");
-  auto* memory = inspect->add_option("--kv-cache-memory", options->kv_cache_memory,
-                                     "KV cache budget, e.g. 4GiB, 512MiB or bytes");
-  inspect->add_option("--num-blocks", options->num_blocks, "Exact number of KV blocks")
-      ->excludes(memory);
-  inspect->add_option("--block-size", options->block_size, "Tokens per block before unification")
-      ->capture_default_str();
-  inspect->add_option("--max-model-len", options->max_model_len,
-                      "Longest sequence (default: the model's max_position_embeddings)");
-  inspect->add_option("--dtype", options->dtype, "KV dtype: auto, float32, bfloat16, float16")
-      ->capture_default_str();
-  inspect->add_option("--attention-backend", options->attention_backend, "Attention backend")
-      ->capture_default_str();
-  inspect
-      ->add_option("--kv-buffer-layout", options->buffer_layout,
-                   "separate (a buffer per slot) or interleaved (one buffer)")
-      ->capture_default_str();
+  add_cache_flags(*inspect, options->cache);
   inspect->add_flag("--json", options->json, "Print the plan as JSON (docs/inspect-json.md)");
   inspect->callback([options] {
     const InspectReport report = build_inspect_report(*options);

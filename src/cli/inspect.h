@@ -7,6 +7,7 @@
 #include <optional>
 #include <string>
 
+#include "cli/cache_flags.h"
 #include "kv/kv_cache_plan.h"
 #include "model/model_config.h"
 
@@ -15,13 +16,7 @@ namespace pagoda {
 struct InspectOptions {
   std::string model_dir;
   std::string draft_model_dir;  // empty: no drafter
-  std::string kv_cache_memory;  // e.g. "4GiB"; empty: not given
-  std::optional<int64_t> num_blocks;
-  int64_t block_size = 16;
-  std::optional<int64_t> max_model_len;
-  std::string dtype = "auto";
-  std::string attention_backend = "cpu";
-  std::string buffer_layout = "separate";
+  CacheFlags cache;
   bool json = false;
 };
 

@@ -4,12 +4,14 @@
 
 #include <cstdio>
 
+#include "cli/generate.h"
 #include "cli/inspect.h"
 #include "core/error.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"pagoda: an LLM inference engine with a heterogeneous paged KV cache", "pagoda"};
   app.require_subcommand(1);
+  pagoda::add_generate_command(app);
   pagoda::add_inspect_command(app);
   try {
     app.parse(argc, argv);

@@ -86,6 +86,16 @@ void place_buffers(KvCachePlan& plan) {
 
 }  // namespace
 
+KvBufferLayout parse_kv_buffer_layout(const std::string& text) {
+  if (text == "separate") return KvBufferLayout::kSeparate;
+  if (text == "interleaved") return KvBufferLayout::kInterleaved;
+  fail("unknown KV buffer layout '{}'; expected separate or interleaved", text);
+}
+
+std::string_view kv_buffer_layout_name(KvBufferLayout layout) {
+  return layout == KvBufferLayout::kSeparate ? "separate" : "interleaved";
+}
+
 int64_t KvCachePlan::blocks_for_sequence(int64_t num_tokens) const {
   int64_t blocks = 0;
   for (const KvGroup& group : groups)

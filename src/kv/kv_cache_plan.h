@@ -4,6 +4,8 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "attention/backend.h"
@@ -18,6 +20,10 @@ enum class KvBufferLayout {
   kSeparate,     // one buffer per slot: [num_blocks][page]
   kInterleaved,  // one buffer: [num_blocks][slot][page]; needs block-stride indexing everywhere
 };
+
+// "separate" or "interleaved"; throws Error naming other values.
+KvBufferLayout parse_kv_buffer_layout(const std::string& text);
+std::string_view kv_buffer_layout_name(KvBufferLayout layout);
 
 // With neither memory_bytes nor num_blocks, the pool holds exactly one max_model_len sequence.
 struct KvCacheOptions {

@@ -113,6 +113,15 @@ ModelConfig parse_model_config(const nlohmann::json& json, const std::string& so
   model.max_position_embeddings = text.positive("max_position_embeddings");
   model.vocab_size = text.positive("vocab_size");
   model.hidden_size = text.positive("hidden_size");
+  model.text_config = text.raw();
+  for (const ConfigReader* reader : {&text, &config}) {
+    if (!model.eos_token_ids.empty() || !reader->has("eos_token_id")) continue;
+    if (reader->raw().at("eos_token_id").is_array()) {
+      model.eos_token_ids = *reader->optional_integer_list("eos_token_id");
+    } else {
+      model.eos_token_ids = {reader->integer("eos_token_id")};
+    }
+  }
   arch.read_layers(text, model);
   for (const LayerAttentionConfig& layer : model.layers)
     check_layer_shape(config, layer);

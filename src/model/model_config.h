@@ -8,7 +8,7 @@
 #include <string_view>
 #include <vector>
 
-#include <nlohmann/json_fwd.hpp>
+#include <nlohmann/json.hpp>
 
 #include "core/dtype.h"
 
@@ -46,6 +46,8 @@ struct ModelConfig {
   int64_t vocab_size = 0;
   int64_t hidden_size = 0;
   std::vector<LayerAttentionConfig> layers;
+  std::vector<int64_t> eos_token_ids;  // eos_token_id, an id or a list
+  nlohmann::json text_config;          // the text model's fields, for the architecture's code
 
   // True when some layer reads a target model's cache: the model only runs as a drafter.
   bool needs_target() const;

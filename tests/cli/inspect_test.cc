@@ -1,45 +1,13 @@
 #include "cli/inspect.h"
 
 #include <gtest/gtest.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
-#include <cstdio>
-#include <fstream>
-#include <sstream>
+#include "cli/cli_test_util.h"
 
 namespace pagoda {
 namespace {
 
-struct CliRun {
-  int exit_code;
-  std::string out;
-  std::string err;
-};
-
-std::string read_file(const std::string& path) {
-  std::ifstream file(path);
-  std::stringstream text;
-  text << file.rdbuf();
-  return text.str();
-}
-
-// Runs the pagoda binary with `args` (a shell-quoted string).
-CliRun run_pagoda(const std::string& args) {
-  // Unique per process: ctest runs tests in parallel processes.
-  static int calls = 0;
-  const std::string stem = ::testing::TempDir() + "pagoda_cli_" + std::to_string(::getpid()) + "_" +
-                           std::to_string(calls++);
-  const std::string out = stem + ".out";
-  const std::string err = stem + ".err";
-  const std::string command =
-      std::string(PAGODA_BINARY) + " " + args + " >" + out + " 2>" + err + " </dev/null";
-  const int status = std::system(command.c_str());
-  CliRun run{WIFEXITED(status) ? WEXITSTATUS(status) : -1, read_file(out), read_file(err)};
-  std::remove(out.c_str());
-  std::remove(err.c_str());
-  return run;
-}
+using namespace pagoda::testing;
 
 std::string example(const std::string& name) {
   return std::string(PAGODA_SOURCE_DIR) + "/examples/configs/" + name;
@@ -163,7 +131,7 @@ TEST(InspectReportTest, LibraryCallMatchesTheCli) {
   InspectOptions options;
   options.model_dir = example("gemma-4-e4b");
   options.draft_model_dir = example("gemma-4-e4b-assistant");
-  options.max_model_len = 4096;
+  options.cache.max_model_len = 4096;
   const InspectReport report = build_inspect_report(options);
   const nlohmann::json json = inspect_report_json(report);
   EXPECT_EQ(json["layers"][45]["kv_source"], "model.layers.23.self_attn");

@@ -1,0 +1,24 @@
+#include "cli/cache_flags.h"
+
+namespace pagoda {
+
+void add_cache_flags(CLI::App& command, CacheFlags& flags) {
+  auto* memory = command.add_option("--kv-cache-memory", flags.kv_cache_memory,
+                                    "KV cache budget, e.g. 4GiB, 512MiB or bytes");
+  command.add_option("--num-blocks", flags.num_blocks, "Exact number of KV blocks")
+      ->excludes(memory);
+  command.add_option("--block-size", flags.block_size, "Tokens per block before unification")
+      ->capture_default_str();
+  command.add_option("--max-model-len", flags.max_model_len,
+                     "Longest sequence (default: the model's max_position_embeddings)");
+  command.add_option("--dtype", flags.dtype, "KV dtype: auto, float32, bfloat16, float16")
+      ->capture_default_str();
+  command.add_option("--attention-backend", flags.attention_backend, "Attention backend")
+      ->capture_default_str();
+  command
+      .add_option("--kv-buffer-layout", flags.buffer_layout,
+                  "separate (a buffer per slot) or interleaved (one buffer)")
+      ->capture_default_str();
+}
+
+}  // namespace pagoda

@@ -1,0 +1,98 @@
+#include "engine/model_runner.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace pagoda {
+
+ModelRunner::ModelRunner(CausalLm& model, const KvCachePlan& plan, const KvCache& cache)
+    : model_(model), plan_(plan), cache_(cache) {
+  for (const KvLayerPlacement& placement : plan.placements)
+    layer_groups_.push_back(placement.group);
+}
+
+ForwardBatch ModelRunner::prepare(const std::vector<const ScheduledSequence*>& ordered,
+                                  const KvCacheManager& blocks) const {
+  ForwardBatch batch;
+  batch.kv_cache = &cache_;
+  batch.layer_groups = &layer_groups_;
+  for (const ScheduledSequence* seq : ordered) {
+    for (size_t i = 0; i < seq->new_token_ids.size(); ++i) {
+      batch.token_ids.push_back(seq->new_token_ids[i]);
+      batch.positions.push_back(seq->num_computed_tokens + static_cast<int64_t>(i));
+    }
+  }
+  const int64_t num_tokens = static_cast<int64_t>(batch.token_ids.size());
+  for (size_t g = 0; g < plan_.groups.size(); ++g) {
+    const int64_t block_size = plan_.groups[g].spec.page.block_size;
+    AttentionMetadata meta;
+    meta.num_actual_tokens = num_tokens;
+    meta.query_start.push_back(0);
+    int64_t widest = 0;
+    for (const ScheduledSequence* seq : ordered) {
+      widest = std::max<int64_t>(widest, blocks.block_ids(seq->request_id)[g].size());
+    }
+    meta.block_table_stride = widest;
+    for (const ScheduledSequence* seq : ordered) {
+      const std::vector<int32_t>& table = blocks.block_ids(seq->request_id)[g];
+      const int64_t new_tokens = static_cast<int64_t>(seq->new_token_ids.size());
+      const int64_t total = seq->num_computed_tokens + new_tokens;
+      PAGODA_CHECK(static_cast<int64_t>(table.size()) * block_size >= total,
+                   "request {} has {} blocks of {} for {} tokens", seq->request_id, table.size(),
+                   block_size, total);
+      if (new_tokens == 1 && seq->num_computed_tokens > 0) meta.num_decode_tokens += 1;
+      meta.query_start.push_back(meta.query_start.back() + new_tokens);
+      meta.seq_lens.push_back(total);
+      for (int64_t p = seq->num_computed_tokens; p < total; ++p) {
+        meta.slot_mapping.push_back(int64_t{table[p / block_size]} * block_size + p % block_size);
+      }
+      meta.block_table.insert(meta.block_table.end(), table.begin(), table.end());
+      meta.block_table.resize(meta.block_table.size() + (widest - table.size()), 0);
+    }
+    batch.group_metadata.push_back(std::move(meta));
+  }
+  return batch;
+}
+
+RunnerOutput ModelRunner::execute(const std::vector<ScheduledSequence>& batch,
+                                  const KvCacheManager& blocks) {
+  // Decodes first, each side in the caller's order.
+  std::vector<size_t> order(batch.size());
+  for (size_t i = 0; i < batch.size(); ++i)
+    order[i] = i;
+  auto is_decode = [&](size_t i) {
+    return batch[i].new_token_ids.size() == 1 && batch[i].num_computed_tokens > 0;
+  };
+  std::stable_partition(order.begin(), order.end(), is_decode);
+  std::vector<const ScheduledSequence*> ordered;
+  for (size_t i : order)
+    ordered.push_back(&batch[i]);
+
+  const ForwardBatch inputs = prepare(ordered, blocks);
+  const Tensor hidden = model_.forward(inputs);
+
+  // Rows of hidden states whose logits are wanted, in execution order.
+  RunnerOutput output;
+  output.first_row.assign(batch.size(), 0);
+  output.num_rows.assign(batch.size(), 0);
+  std::vector<int64_t> rows;
+  int64_t token = 0;
+  for (size_t i : order) {
+    const int64_t count = static_cast<int64_t>(batch[i].new_token_ids.size());
+    output.first_row[i] = static_cast<int64_t>(rows.size());
+    const int64_t first = batch[i].all_logits ? token : token + count - 1;
+    for (int64_t t = first; t < token + count; ++t)
+      rows.push_back(t);
+    output.num_rows[i] = static_cast<int64_t>(rows.size()) - output.first_row[i];
+    token += count;
+  }
+  Tensor selected = Tensor::empty({static_cast<int64_t>(rows.size()), hidden.size(1)}, DType::kF32);
+  for (size_t r = 0; r < rows.size(); ++r) {
+    selected.select(0, static_cast<int64_t>(r)).copy_from(hidden.select(0, rows[r]));
+  }
+  output.logits = model_.compute_logits(selected);
+  return output;
+}
+
+}  // namespace pagoda

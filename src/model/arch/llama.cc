@@ -1,0 +1,72 @@
+// Llama: pre-norm decoder layers of self-attention and a SiLU-gated MLP, RMSNorm, RoPE (default,
+// linear or llama3 scaling), optional tied embeddings.
+#include "model/arch/llama.h"
+
+#include "model/layers/rope_config.h"
+
+namespace pagoda {
+
+cpu::Activation read_gated_activation(const ConfigReader& text) {
+  const std::string act = text.optional_string("hidden_act").value_or("silu");
+  if (act == "silu" || act == "swish") return cpu::Activation::kSilu;
+  if (act == "gelu_pytorch_tanh" || act == "gelu_tanh") return cpu::Activation::kGeluTanh;
+  text.fail_field("hidden_act", "is '" + act + "'; supported: silu, gelu_pytorch_tanh");
+}
+
+LlamaModel::LlamaModel(const ModelConfig& config, WeightSource& weights,
+                       const SelfAttentionOptions& attention_options) {
+  const ConfigReader text(config.text_config, config.source);
+  for (const char* key : {"attention_bias", "mlp_bias"}) {
+    if (text.boolean_or(key, false)) text.fail_field(key, "is true; biases are not supported yet");
+  }
+  const int64_t hidden = config.hidden_size;
+  const int64_t vocab = config.vocab_size;
+  const int64_t inner = text.positive("intermediate_size");
+  const float eps = static_cast<float>(text.raw().value("rms_norm_eps", 1e-6));
+  const cpu::Activation activation = read_gated_activation(text);
+  SelfAttentionOptions options = attention_options;
+  options.norm_eps = eps;
+
+  embed_tokens_ = weights.get("model.embed_tokens.weight", {vocab, hidden});
+  for (size_t i = 0; i < config.layers.size(); ++i) {
+    const std::string prefix = "model.layers." + std::to_string(i);
+    const LayerAttentionConfig& attention = config.layers[i];
+    const RopeParams rope = read_rope_params(text, attention.head_size_k, 10000.0);
+    layers_.push_back(
+        Layer{RmsNorm::load(weights, prefix + ".input_layernorm.weight", hidden, eps),
+              std::make_unique<SelfAttention>(weights, prefix + ".self_attn", hidden, attention,
+                                              rope, options),
+              RmsNorm::load(weights, prefix + ".post_attention_layernorm.weight", hidden, eps),
+              GatedMlp::load(weights, prefix + ".mlp", hidden, inner, activation)});
+  }
+  norm_ = RmsNorm::load(weights, "model.norm.weight", hidden, eps);
+  lm_head_ = text.boolean_or("tie_word_embeddings", false)
+                 ? embed_tokens_
+                 : weights.get("lm_head.weight", {vocab, hidden});
+}
+
+Tensor LlamaModel::forward(const ForwardBatch& batch) {
+  const int64_t tokens = static_cast<int64_t>(batch.token_ids.size());
+  Tensor hidden = Tensor::empty({tokens, embed_tokens_.size(1)}, DType::kF32);
+  cpu::embedding(embed_tokens_, batch.token_ids, hidden);
+  Tensor normed = Tensor::empty(hidden.shape(), DType::kF32);
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    const Layer& layer = layers_[i];
+    layer.input_norm.apply(hidden, normed);
+    cpu::add_in_place(hidden, layer.attention->forward(normed, batch, static_cast<int64_t>(i)));
+    layer.post_attention_norm.apply(hidden, normed);
+    cpu::add_in_place(hidden, layer.mlp.forward(normed));
+  }
+  norm_.apply(hidden, hidden);
+  return hidden;
+}
+
+Tensor LlamaModel::compute_logits(const Tensor& hidden) {
+  return project(hidden, lm_head_);
+}
+
+std::unique_ptr<CausalLm> build_llama(const ModelConfig& config, WeightSource& weights) {
+  return std::make_unique<LlamaModel>(config, weights, SelfAttentionOptions{});
+}
+
+}  // namespace pagoda

@@ -1,0 +1,24 @@
+#include "model/causal_lm.h"
+
+#include "core/error.h"
+#include "model/arch/llama.h"
+
+namespace pagoda {
+
+std::unique_ptr<CausalLm> build_causal_lm(const ModelConfig& config, WeightSource& weights) {
+  std::unique_ptr<CausalLm> model;
+  if (config.architecture == "LlamaForCausalLM") {
+    model = build_llama(config, weights);
+  } else if (config.architecture == "Qwen3ForCausalLM") {
+    model = build_qwen3(config, weights);
+  } else {
+    fail(
+        "{}: running {} is not implemented yet; pagoda runs LlamaForCausalLM and "
+        "Qwen3ForCausalLM",
+        config.source, config.architecture);
+  }
+  weights.finish();
+  return model;
+}
+
+}  // namespace pagoda

@@ -1,0 +1,67 @@
+// Building blocks shared by the architectures: RMSNorm, gated MLP, and self-attention over the
+// paged KV cache.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "attention/cpu/cpu_attention.h"
+#include "model/causal_lm.h"
+#include "ops/cpu/ops.h"
+#include "ops/rope.h"
+
+namespace pagoda {
+
+struct RmsNorm {
+  Tensor weight;  // [dim]
+  float eps = 1e-6f;
+  float weight_offset = 0.0f;  // 1 for norms that scale by (1 + weight)
+
+  static RmsNorm load(WeightSource& weights, const std::string& name, int64_t dim, float eps,
+                      float weight_offset = 0.0f);
+  // Normalises rows of x [rows, dim] into out (may alias x).
+  void apply(const Tensor& x, const Tensor& out) const;
+};
+
+// down(act(gate(x)) * up(x)).
+struct GatedMlp {
+  Tensor gate;  // [inner, hidden]
+  Tensor up;    // [inner, hidden]
+  Tensor down;  // [hidden, inner]
+  cpu::Activation activation = cpu::Activation::kSilu;
+
+  // Reads <prefix>.gate_proj.weight, up_proj and down_proj.
+  static GatedMlp load(WeightSource& weights, const std::string& prefix, int64_t hidden,
+                       int64_t inner, cpu::Activation activation);
+  // x: [T, hidden] -> [T, hidden].
+  Tensor forward(const Tensor& x) const;
+};
+
+struct SelfAttentionOptions {
+  bool qk_norm = false;  // RMSNorm over each head's q and k before RoPE (Qwen3)
+  float norm_eps = 1e-6f;
+};
+
+// q/k/v projections, optional per-head norms, RoPE, paged attention and the output projection.
+class SelfAttention {
+ public:
+  // Reads <prefix>.{q,k,v,o}_proj.weight (and q_norm/k_norm). `layer` gives heads and sizes.
+  SelfAttention(WeightSource& weights, const std::string& prefix, int64_t hidden,
+                const LayerAttentionConfig& layer, const RopeParams& rope,
+                const SelfAttentionOptions& options);
+
+  // x: [T, hidden] (normed). Returns [T, hidden]. Writes this layer's K/V to its cache.
+  Tensor forward(const Tensor& x, const ForwardBatch& batch, int64_t layer_index) const;
+
+ private:
+  AttentionLayerParams params_;
+  Tensor q_proj_, k_proj_, v_proj_, o_proj_;
+  std::optional<RmsNorm> q_norm_, k_norm_;
+  std::vector<float> inverse_frequencies_;
+  int64_t rotary_dim_ = 0;
+};
+
+// [rows, cols] f32 product of x and a weight, through cpu::linear.
+Tensor project(const Tensor& x, const Tensor& weight);
+
+}  // namespace pagoda

@@ -1,0 +1,75 @@
+#include "model/layers/rope_config.h"
+
+#include <cmath>
+
+#include "core/error.h"
+
+namespace pagoda {
+namespace {
+
+double number_or(const nlohmann::json& object, const char* key, double fallback) {
+  const auto it = object.find(key);
+  if (it == object.end() || it->is_null()) return fallback;
+  if (!it->is_number()) fail("rope field '{}' must be a number; got {}", key, it->dump());
+  return it->get<double>();
+}
+
+}  // namespace
+
+RopeParams read_rope_params(const ConfigReader& text, int64_t head_size, double default_theta) {
+  RopeParams params;
+  params.head_size = head_size;
+  nlohmann::json scaling = nlohmann::json::object();
+  if (text.has("rope_parameters")) {
+    scaling = text.raw().at("rope_parameters");
+  } else if (text.has("rope_scaling")) {
+    scaling = text.raw().at("rope_scaling");
+  }
+  if (!scaling.is_object())
+    fail("{}: rope parameters must be an object; got {}", text.source(), scaling.dump());
+  params.theta =
+      number_or(scaling, "rope_theta", number_or(text.raw(), "rope_theta", default_theta));
+  const double partial = number_or(scaling, "partial_rotary_factor",
+                                   number_or(text.raw(), "partial_rotary_factor", 1.0));
+  if (!(partial > 0.0 && partial <= 1.0)) {
+    fail("{}: partial_rotary_factor is {}; it must be in (0, 1]", text.source(), partial);
+  }
+  params.rotary_dim = static_cast<int64_t>(std::floor(head_size * partial));
+  params.rotary_dim -= params.rotary_dim % 2;
+  if (params.rotary_dim < 2)
+    fail("{}: no dims left to rotate (head size {})", text.source(), head_size);
+  if (!(params.theta > 0.0))
+    fail("{}: rope_theta is {}; it must be positive", text.source(), params.theta);
+
+  std::string type = "default";
+  for (const char* key : {"rope_type", "type"}) {
+    if (scaling.contains(key) && scaling.at(key).is_string()) {
+      type = scaling.at(key).get<std::string>();
+      break;
+    }
+  }
+  if (type == "default") {
+    params.scaling = RopeScaling::kNone;
+  } else if (type == "linear") {
+    params.scaling = RopeScaling::kLinear;
+    params.factor = number_or(scaling, "factor", 1.0);
+  } else if (type == "llama3") {
+    params.scaling = RopeScaling::kLlama3;
+    params.factor = number_or(scaling, "factor", 8.0);
+    params.low_freq_factor = number_or(scaling, "low_freq_factor", 1.0);
+    params.high_freq_factor = number_or(scaling, "high_freq_factor", 4.0);
+    params.original_max_position = number_or(scaling, "original_max_position_embeddings", 8192.0);
+    if (!(params.high_freq_factor > params.low_freq_factor)) {
+      fail("{}: llama3 rope needs high_freq_factor > low_freq_factor; got {} and {}", text.source(),
+           params.high_freq_factor, params.low_freq_factor);
+    }
+  } else {
+    fail("{}: rope_type '{}' is not supported; pagoda supports default, linear and llama3",
+         text.source(), type);
+  }
+  if (!(params.factor > 0.0))
+    fail("{}: rope factor is {}; it must be positive", text.source(), params.factor);
+  return params;
+}
+
+}  // namespace pagoda

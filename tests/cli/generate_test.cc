@@ -1,0 +1,100 @@
+// `pagoda generate` end to end on a fixture checkpoint.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/cli_test_util.h"
+
+namespace pagoda {
+namespace {
+
+using namespace pagoda::testing;
+
+CliRun run_generate(const std::string& args) {
+  return run_pagoda("generate --model " + std::string(PAGODA_SOURCE_DIR) +
+                    "/tests/fixtures/llama-tiny " + args);
+}
+
+nlohmann::json reference_prompt(int index) {
+  std::ifstream file(std::string(PAGODA_SOURCE_DIR) + "/tests/fixtures/llama-tiny/reference.json");
+  return nlohmann::json::parse(file)["prompts"][index];
+}
+
+std::string ids_text(const std::vector<int32_t>& ids) {
+  std::string text;
+  for (int32_t id : ids)
+    text += (text.empty() ? "" : ",") + std::to_string(id);
+  return text;
+}
+
+TEST(GenerateCliTest, JsonPerRequestInBatchOrder) {
+  const nlohmann::json first = reference_prompt(1);
+  const nlohmann::json second = reference_prompt(2);
+  const CliRun run =
+      run_generate("--prompt-ids " + ids_text(first["prompt_token_ids"]) + " --prompt-ids " +
+                   ids_text(second["prompt_token_ids"]) +
+                   " --max-tokens 6 --logprobs 2 --prompt-logprobs 1 --ignore-eos --json");
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  std::istringstream lines(run.out);
+  std::string line;
+  for (const nlohmann::json* expected : {&first, &second}) {
+    ASSERT_TRUE(std::getline(lines, line));
+    const nlohmann::json result = nlohmann::json::parse(line);
+    EXPECT_EQ(result["prompt_token_ids"], (*expected)["prompt_token_ids"]);
+    const auto greedy = (*expected)["greedy_token_ids"].get<std::vector<int32_t>>();
+    EXPECT_EQ(result["token_ids"].get<std::vector<int32_t>>(),
+              std::vector<int32_t>(greedy.begin(), greedy.begin() + 6));
+    EXPECT_EQ(result["logprobs"].size(), 6u);
+    EXPECT_EQ(result["logprobs"][0]["top_logprobs"].size(), 2u);
+    EXPECT_TRUE(result["prompt_logprobs"][0].is_null());
+    EXPECT_NEAR(result["prompt_logprobs"][1]["logprob"].get<double>(),
+                (*expected)["prompt_logprobs"][1].get<double>(), 1e-4);
+    EXPECT_EQ(result["finish_reason"], "length");
+  }
+  EXPECT_FALSE(std::getline(lines, line));
+}
+
+TEST(GenerateCliTest, PromptsFile) {
+  const std::string path = ::testing::TempDir() + "pagoda_prompts_" + std::to_string(::getpid());
+  std::ofstream(path) << "[1, 2, 3]\n\n{\"prompt_token_ids\": [4, 5]}\n";
+  const CliRun run = run_generate("--prompts-file " + path + " --max-tokens 2 --ignore-eos");
+  std::remove(path.c_str());
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_EQ(std::count(run.out.begin(), run.out.end(), '\n'), 2);
+}
+
+TEST(GenerateCliTest, BadInputIsOneLineAndNonZero) {
+  const std::pair<std::string, std::string> cases[] = {
+      {"--prompt-ids 1,x,3", "'x' is not a token id"},
+      {"--prompt-ids 1,,3", "'' is not a token id"},
+      {"--prompt-ids 1,999", "token id 999"},
+      {"--prompt-ids 1 --max-tokens 1000", "exceeds max_model_len 256"},
+      {"--prompt-ids 1 --temperature 0.7", "only greedy"},
+      {"--prompt-ids 1 --device cuda", "only the cpu device"},
+      {"--prompt-ids 1 --load-format gguf", "unknown load format 'gguf'"},
+      {"", "no prompts"},
+      {"--prompts-file /nonexistent/prompts.jsonl", "cannot read prompts file"},
+  };
+  for (const auto& [args, message] : cases) {
+    const CliRun run = run_generate(args);
+    EXPECT_EQ(run.exit_code, 1) << args << ": " << run.err;
+    EXPECT_NE(run.err.find(message), std::string::npos) << args << ": " << run.err;
+    EXPECT_EQ(std::count(run.err.begin(), run.err.end(), '\n'), 1) << args << ": " << run.err;
+  }
+}
+
+TEST(GenerateCliTest, DummyWeightsNeedNoCheckpoint) {
+  // A directory holding only the config of a fixture: no weights.
+  const std::string dir = ::testing::TempDir() + "pagoda_dummy_" + std::to_string(::getpid());
+  std::system(("mkdir -p " + dir).c_str());
+  std::ofstream(dir + "/config.json")
+      << read_file(std::string(PAGODA_SOURCE_DIR) + "/tests/fixtures/qwen3-tiny/config.json");
+  const std::string base = std::string(PAGODA_BINARY) + " generate --model " + dir +
+                           " --prompt-ids 1,2,3 --max-tokens 3 --ignore-eos";
+  EXPECT_EQ(std::system((base + " --load-format dummy >/dev/null 2>&1").c_str()), 0);
+  EXPECT_NE(std::system((base + " >/dev/null 2>&1").c_str()), 0);  // no checkpoint there
+  std::system(("rm -rf " + dir).c_str());
+}
+
+}  // namespace
+}  // namespace pagoda

@@ -1,0 +1,94 @@
+#include "engine/model_runner.h"
+
+#include <gtest/gtest.h>
+
+#include "kv/kv_test_configs.h"
+
+namespace pagoda {
+namespace {
+
+using namespace pagoda::testing;
+
+// Records the batch it was given instead of computing.
+class RecordingModel final : public CausalLm {
+ public:
+  Tensor forward(const ForwardBatch& batch) override {
+    seen = batch;
+    Tensor hidden = Tensor::empty({static_cast<int64_t>(batch.token_ids.size()), 1}, DType::kF32);
+    for (size_t t = 0; t < batch.token_ids.size(); ++t)
+      hidden.data<float>()[t] = batch.token_ids[t];
+    return hidden;
+  }
+  Tensor compute_logits(const Tensor& hidden) override { return hidden.clone(); }
+  ForwardBatch seen;
+};
+
+TEST(BlockPoolTest, AllocatesFreesAndReusesInOrder) {
+  BlockPool pool(5);
+  EXPECT_EQ(pool.num_free(), 4);  // block 0 is the null block
+  const std::vector<int32_t> a = pool.allocate(3);
+  EXPECT_EQ(a, (std::vector<int32_t>{1, 2, 3}));
+  EXPECT_FALSE(pool.can_allocate(2));
+  pool.free({2});
+  pool.free({1});
+  EXPECT_EQ(pool.allocate(3), (std::vector<int32_t>{4, 2, 1}));  // oldest freed first
+  EXPECT_THROW(pool.free({0}), InternalError);
+  EXPECT_THROW(pool.allocate(1), InternalError);
+}
+
+TEST(KvCacheManagerTest, CoversTokensInEveryGroup) {
+  // Full head 16 and sliding head 8: the sliding group's blocks hold twice the tokens.
+  const ModelConfig model = model_of({full_layer(1, 16), sliding_layer(1, 8, 64)});
+  const KvCachePlan plan = plan_kv_cache(kv_layers(model), {.num_blocks = 10, .max_model_len = 64});
+  KvCacheManager manager(plan);
+  ASSERT_TRUE(manager.allocate_slots(7, 17));
+  EXPECT_EQ(manager.block_ids(7)[0].size(), 2u);  // 17 tokens in blocks of 16
+  EXPECT_EQ(manager.block_ids(7)[1].size(), 1u);  // and of 32
+  EXPECT_EQ(manager.num_free_blocks(), 9 - 3);
+  EXPECT_EQ(manager.blocks_needed(7, 40), 1 + 1);
+  EXPECT_FALSE(manager.allocate_slots(8, 200));  // too many: nothing taken
+  EXPECT_EQ(manager.num_free_blocks(), 6);
+  manager.free(7);
+  EXPECT_EQ(manager.num_free_blocks(), 9);
+}
+
+TEST(ModelRunnerTest, BuildsMetadataWithDecodesFirst) {
+  const ModelConfig model = model_of({full_layer(1, 16), sliding_layer(1, 8, 64)});
+  const KvCachePlan plan = plan_kv_cache(kv_layers(model), {.num_blocks = 20, .max_model_len = 64});
+  const KvCache cache = allocate_kv_cache(plan, Device::cpu());
+  KvCacheManager blocks(plan);
+  ASSERT_TRUE(blocks.allocate_slots(0, 20));  // a prefill chunk of 4 after 16 cached
+  ASSERT_TRUE(blocks.allocate_slots(1, 33));  // a decode at position 32
+  RecordingModel recorder;
+  ModelRunner runner(recorder, plan, cache);
+  const std::vector<ScheduledSequence> batch = {
+      {.request_id = 0,
+       .new_token_ids = {10, 11, 12, 13},
+       .num_computed_tokens = 16,
+       .all_logits = true},
+      {.request_id = 1, .new_token_ids = {20}, .num_computed_tokens = 32}};
+  const RunnerOutput output = runner.execute(batch, blocks);
+  const ForwardBatch& seen = recorder.seen;
+  EXPECT_EQ(seen.token_ids, (std::vector<int32_t>{20, 10, 11, 12, 13}));  // the decode first
+  EXPECT_EQ(seen.positions, (std::vector<int64_t>{32, 16, 17, 18, 19}));
+  ASSERT_EQ(seen.group_metadata.size(), 2u);
+  const AttentionMetadata& full = seen.group_metadata[0];
+  EXPECT_EQ(full.num_decode_tokens, 1);
+  EXPECT_EQ(full.query_start, (std::vector<int64_t>{0, 1, 5}));
+  EXPECT_EQ(full.seq_lens, (std::vector<int64_t>{33, 20}));
+  const std::vector<int32_t>& decode_blocks = blocks.block_ids(1)[0];
+  const std::vector<int32_t>& prefill_blocks = blocks.block_ids(0)[0];
+  EXPECT_EQ(full.slot_mapping[0], int64_t{decode_blocks[2]} * 16 + 0);
+  EXPECT_EQ(full.slot_mapping[1], int64_t{prefill_blocks[1]} * 16 + 0);
+  EXPECT_EQ(full.block_table_stride, 3);
+  EXPECT_EQ(full.block_table[3 + 2], 0);  // the shorter table is padded with the null block
+  const AttentionMetadata& sliding = seen.group_metadata[1];
+  EXPECT_EQ(sliding.slot_mapping[1], int64_t{blocks.block_ids(0)[1][0]} * 32 + 16);
+  // Logits: every row of the prefill (it asked for all), the last of the decode; caller's order.
+  EXPECT_EQ(output.num_rows, (std::vector<int64_t>{4, 1}));
+  EXPECT_EQ(output.logits.at<float>({output.first_row[0], 0}), 10.0f);
+  EXPECT_EQ(output.logits.at<float>({output.first_row[1], 0}), 20.0f);
+}
+
+}  // namespace
+}  // namespace pagoda
