@@ -1,6 +1,7 @@
 #include "model/causal_lm.h"
 
 #include "core/error.h"
+#include "model/arch/gemma4.h"
 #include "model/arch/llama.h"
 
 namespace pagoda {
@@ -11,10 +12,13 @@ std::unique_ptr<CausalLm> build_causal_lm(const ModelConfig& config, WeightSourc
     model = build_llama(config, weights);
   } else if (config.architecture == "Qwen3ForCausalLM") {
     model = build_qwen3(config, weights);
+  } else if (config.architecture == "Gemma4ForCausalLM" ||
+             config.architecture == "Gemma4ForConditionalGeneration") {
+    model = build_gemma4(config, weights);
   } else {
     fail(
-        "{}: running {} is not implemented yet; pagoda runs LlamaForCausalLM and "
-        "Qwen3ForCausalLM",
+        "{}: running {} is not implemented yet; pagoda runs LlamaForCausalLM, "
+        "Qwen3ForCausalLM and Gemma4ForCausalLM (text)",
         config.source, config.architecture);
   }
   weights.finish();

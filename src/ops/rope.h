@@ -9,7 +9,10 @@
 
 namespace pagoda {
 
-enum class RopeScaling { kNone, kLinear, kLlama3 };
+// kProportional (Gemma 4 full layers): every dim pairs with the one half a head away, exponents use
+// the whole head size, and only the first partial_rotary_factor share of pairs has a non-zero
+// frequency; the rest pass through.
+enum class RopeScaling { kNone, kLinear, kLlama3, kProportional };
 
 struct RopeParams {
   int64_t head_size = 0;
@@ -20,6 +23,7 @@ struct RopeParams {
   double low_freq_factor = 1.0;           // llama3
   double high_freq_factor = 4.0;          // llama3
   double original_max_position = 8192.0;  // llama3
+  double partial_rotary_factor = 1.0;     // proportional: the share of pairs that rotate
 };
 
 // One inverse frequency per rotated pair, computed in f32 as the reference implementation does.

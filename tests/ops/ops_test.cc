@@ -69,14 +69,16 @@ TEST(OpsTest, RmsNormWithOffset) {
 }
 
 TEST(OpsTest, GatedActivationsSoftcapLogSoftmax) {
-  Tensor gate_up = Tensor::empty({1, 4}, DType::kF32);
-  const float values[] = {1.0f, -2.0f, 3.0f, 0.5f};  // gate 1, -2; up 3, 0.5
-  for (int i = 0; i < 4; ++i)
-    gate_up.data<float>()[i] = values[i];
+  Tensor gate = Tensor::empty({1, 2}, DType::kF32);
+  Tensor up = Tensor::empty({1, 2}, DType::kF32);
+  gate.data<float>()[0] = 1.0f;
+  gate.data<float>()[1] = -2.0f;
+  up.data<float>()[0] = 3.0f;
+  up.data<float>()[1] = 0.5f;
   Tensor out = Tensor::empty({1, 2}, DType::kF32);
-  cpu::gated_activation(cpu::Activation::kSilu, gate_up, out);
+  cpu::gated_activation(cpu::Activation::kSilu, gate, up, out);
   EXPECT_NEAR(out.at<float>({0, 0}), 1 / (1 + std::exp(-1.0f)) * 3, 1e-6);
-  cpu::gated_activation(cpu::Activation::kGeluTanh, gate_up, out);
+  cpu::gated_activation(cpu::Activation::kGeluTanh, gate, up, out);
   const float g = -2.0f;
   const float gelu = 0.5f * g * (1 + std::tanh(0.7978845608f * (g + 0.044715f * g * g * g)));
   EXPECT_NEAR(out.at<float>({0, 1}), gelu * 0.5f, 1e-6);

@@ -29,40 +29,39 @@ GatedMlp GatedMlp::load(WeightSource& weights, const std::string& prefix, int64_
 }
 
 Tensor GatedMlp::forward(const Tensor& x) const {
-  const int64_t tokens = x.size(0);
-  const int64_t inner = gate.size(0);
-  // gate and up side by side so the activation reads one [T, 2 * inner] row per token.
-  Tensor gate_up = Tensor::empty({tokens, 2 * inner}, DType::kF32);
   Tensor gate_out = project(x, gate);
-  Tensor up_out = project(x, up);
-  gate_up.narrow(1, 0, inner).copy_from(gate_out);
-  gate_up.narrow(1, inner, inner).copy_from(up_out);
-  Tensor activated = Tensor::empty({tokens, inner}, DType::kF32);
-  cpu::gated_activation(activation, gate_up, activated);
-  return project(activated, down);
+  cpu::gated_activation(activation, gate_out, project(x, up), gate_out);
+  return project(gate_out, down);
 }
 
 SelfAttention::SelfAttention(WeightSource& weights, const std::string& prefix, int64_t hidden,
                              const LayerAttentionConfig& layer, const RopeParams& rope,
-                             const SelfAttentionOptions& options) {
+                             const SelfAttentionOptions& options)
+    : options_(options), owns_kv_(layer.kv_source == KvSource::kOwn) {
   params_.num_q_heads = layer.num_q_heads;
   params_.num_kv_heads = layer.num_kv_heads;
   params_.head_size_k = layer.head_size_k;
   params_.head_size_v = layer.head_size_v;
-  params_.scale = 1.0f / std::sqrt(static_cast<float>(layer.head_size_k));
+  params_.scale = options.scale.value_or(1.0f / std::sqrt(static_cast<float>(layer.head_size_k)));
   params_.sliding_window = layer.sliding_window;
   const int64_t q_size = layer.num_q_heads * layer.head_size_k;
   q_proj_ = weights.get(prefix + ".q_proj.weight", {q_size, hidden});
-  k_proj_ =
-      weights.get(prefix + ".k_proj.weight", {layer.num_kv_heads * layer.head_size_k, hidden});
-  v_proj_ =
-      weights.get(prefix + ".v_proj.weight", {layer.num_kv_heads * layer.head_size_v, hidden});
   o_proj_ = weights.get(prefix + ".o_proj.weight", {hidden, layer.num_q_heads * layer.head_size_v});
   if (options.qk_norm) {
     q_norm_ =
         RmsNorm::load(weights, prefix + ".q_norm.weight", layer.head_size_k, options.norm_eps);
-    k_norm_ =
-        RmsNorm::load(weights, prefix + ".k_norm.weight", layer.head_size_k, options.norm_eps);
+  }
+  if (owns_kv_) {
+    k_proj_ =
+        weights.get(prefix + ".k_proj.weight", {layer.num_kv_heads * layer.head_size_k, hidden});
+    if (!options.k_eq_v) {
+      v_proj_ =
+          weights.get(prefix + ".v_proj.weight", {layer.num_kv_heads * layer.head_size_v, hidden});
+    }
+    if (options.qk_norm) {
+      k_norm_ =
+          RmsNorm::load(weights, prefix + ".k_norm.weight", layer.head_size_k, options.norm_eps);
+    }
   }
   inverse_frequencies_ = rope_inverse_frequencies(rope);
   rotary_dim_ = rope.rotary_dim;
@@ -73,16 +72,29 @@ Tensor SelfAttention::forward(const Tensor& x, const ForwardBatch& batch,
   const int64_t tokens = x.size(0);
   const AttentionLayerParams& p = params_;
   Tensor q = project(x, q_proj_).view({tokens, p.num_q_heads, p.head_size_k});
-  Tensor k = project(x, k_proj_).view({tokens, p.num_kv_heads, p.head_size_k});
-  Tensor v = project(x, v_proj_).view({tokens, p.num_kv_heads, p.head_size_v});
   if (q_norm_) {
-    const Tensor q_rows = q.view({tokens * p.num_q_heads, p.head_size_k});
-    const Tensor k_rows = k.view({tokens * p.num_kv_heads, p.head_size_k});
-    q_norm_->apply(q_rows, q_rows);
-    k_norm_->apply(k_rows, k_rows);
+    const Tensor rows = q.view({tokens * p.num_q_heads, p.head_size_k});
+    q_norm_->apply(rows, rows);
   }
   apply_rope_cpu(inverse_frequencies_, rotary_dim_, batch.positions, q);
-  apply_rope_cpu(inverse_frequencies_, rotary_dim_, batch.positions, k);
+  Tensor k;
+  Tensor v;
+  if (owns_kv_) {
+    const Tensor k_raw = project(x, k_proj_);
+    // With k_eq_v, V is the K projection before its norm and RoPE.
+    v = (options_.k_eq_v ? k_raw.clone() : project(x, v_proj_))
+            .view({tokens, p.num_kv_heads, p.head_size_v});
+    k = k_raw.view({tokens, p.num_kv_heads, p.head_size_k});
+    if (k_norm_) {
+      const Tensor rows = k.view({tokens * p.num_kv_heads, p.head_size_k});
+      k_norm_->apply(rows, rows);
+    }
+    if (options_.v_norm) {
+      const Tensor rows = v.view({tokens * p.num_kv_heads, p.head_size_v});
+      cpu::rms_norm(rows, Tensor(), options_.norm_eps, 0.0f, rows);
+    }
+    apply_rope_cpu(inverse_frequencies_, rotary_dim_, batch.positions, k);
+  }
   Tensor attended = Tensor::empty({tokens, p.num_q_heads * p.head_size_v}, DType::kF32);
   const int64_t group = (*batch.layer_groups)[layer_index];
   cpu_paged_attention(p, q, k, v, batch.kv_cache->views[layer_index], batch.group_metadata[group],

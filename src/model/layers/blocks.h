@@ -38,11 +38,16 @@ struct GatedMlp {
 };
 
 struct SelfAttentionOptions {
-  bool qk_norm = false;  // RMSNorm over each head's q and k before RoPE (Qwen3)
+  bool qk_norm = false;        // RMSNorm over each head's q and k before RoPE (Qwen3, Gemma 4)
+  bool v_norm = false;         // RMSNorm without scale over each head's v (Gemma 4)
+  bool k_eq_v = false;         // no v_proj: V is the raw K projection (Gemma 4 full layers)
+  std::optional<float> scale;  // on q·k; default 1/sqrt(head_size_k)
   float norm_eps = 1e-6f;
 };
 
 // q/k/v projections, optional per-head norms, RoPE, paged attention and the output projection.
+// A layer that reads another layer's cache (LayerAttentionConfig::kv_source) has no k/v weights:
+// it computes q only and attends with no K/V.
 class SelfAttention {
  public:
   // Reads <prefix>.{q,k,v,o}_proj.weight (and q_norm/k_norm). `layer` gives heads and sizes.
@@ -55,6 +60,8 @@ class SelfAttention {
 
  private:
   AttentionLayerParams params_;
+  SelfAttentionOptions options_;
+  bool owns_kv_ = true;
   Tensor q_proj_, k_proj_, v_proj_, o_proj_;
   std::optional<RmsNorm> q_norm_, k_norm_;
   std::vector<float> inverse_frequencies_;

@@ -11,4 +11,9 @@ namespace pagoda {
 // Error naming an unsupported rope_type.
 RopeParams read_rope_params(const ConfigReader& text, int64_t head_size, double default_theta);
 
+// The same from one rope object, such as rope_parameters["full_attention"] of configs that give
+// one per layer type. Fields missing there fall back to the top-level config.
+RopeParams parse_rope_object(const ConfigReader& text, const nlohmann::json& rope,
+                             int64_t head_size, double default_theta);
+
 }  // namespace pagoda

@@ -79,9 +79,10 @@ void rms_norm(const Tensor& x, const Tensor& weight, float eps, float weight_off
   check_rows(x, "rms_norm input");
   check_rows(out, "rms_norm output");
   const int64_t dim = x.size(1);
-  PAGODA_CHECK(weight.numel() == dim && out.size(0) == x.size(0), "rms_norm shapes");
-  std::vector<float> scale(dim);
-  for (int64_t i = 0; i < dim; ++i) {
+  PAGODA_CHECK((!weight.defined() || weight.numel() == dim) && out.size(0) == x.size(0),
+               "rms_norm shapes");
+  std::vector<float> scale(dim, 1.0f);
+  for (int64_t i = 0; weight.defined() && i < dim; ++i) {
     scale[i] =
         load_float(weight.raw_data() + i * weight.element_size(), weight.dtype()) + weight_offset;
   }
@@ -111,28 +112,27 @@ void add_in_place(const Tensor& x, const Tensor& y) {
   });
 }
 
-void gated_activation(Activation activation, const Tensor& gate_up, const Tensor& out) {
-  check_rows(gate_up, "gated activation input");
+void gated_activation(Activation activation, const Tensor& gate, const Tensor& up,
+                      const Tensor& out) {
+  check_rows(gate, "gated activation gate");
+  check_rows(up, "gated activation up");
   check_rows(out, "gated activation output");
-  const int64_t inner = out.size(1);
-  PAGODA_CHECK(gate_up.size(1) == 2 * inner && gate_up.size(0) == out.size(0),
-               "gated activation shapes {} -> {}", gate_up.shape(), out.shape());
-  ThreadPool::global().parallel_for(out.size(0), [&](int64_t begin, int64_t end) {
-    for (int64_t r = begin; r < end; ++r) {
-      const float* gate = gate_up.data<float>() + r * 2 * inner;
-      const float* up = gate + inner;
-      float* dst = out.data<float>() + r * inner;
-      for (int64_t i = 0; i < inner; ++i) {
-        const float g = gate[i];
-        float activated;
-        if (activation == Activation::kSilu) {
-          activated = g / (1.0f + std::exp(-g));
-        } else {
-          constexpr float kSqrt2OverPi = 0.7978845608028654f;
-          activated = 0.5f * g * (1.0f + std::tanh(kSqrt2OverPi * (g + 0.044715f * g * g * g)));
-        }
-        dst[i] = activated * up[i];
+  PAGODA_CHECK(gate.shape() == up.shape() && gate.shape() == out.shape(),
+               "gated activation shapes {}, {} -> {}", gate.shape(), up.shape(), out.shape());
+  const float* g = gate.data<float>();
+  const float* u = up.data<float>();
+  float* dst = out.data<float>();
+  ThreadPool::global().parallel_for(out.numel(), [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      float activated;
+      if (activation == Activation::kSilu) {
+        activated = g[i] / (1.0f + std::exp(-g[i]));
+      } else {
+        constexpr float kSqrt2OverPi = 0.7978845608028654f;
+        activated = 0.5f * g[i] *
+                    (1.0f + std::tanh(kSqrt2OverPi * (g[i] + 0.044715f * g[i] * g[i] * g[i])));
       }
+      dst[i] = activated * u[i];
     }
   });
 }

@@ -13,16 +13,18 @@ namespace pagoda::cpu {
 void embedding(const Tensor& table, const std::vector<int32_t>& ids, const Tensor& out);
 
 // out = x / rms(x) * (weight + weight_offset) over the last dim. x, out: [rows, dim] (may alias);
-// weight: [dim] any float dtype. weight_offset is 0 for Llama-style norms, 1 for Gemma-style.
+// weight: [dim] any float dtype, or undefined for a norm without scale. weight_offset is 0 for
+// Llama- and Gemma 4-style norms, 1 for Gemma 1-3 style (1 + weight).
 void rms_norm(const Tensor& x, const Tensor& weight, float eps, float weight_offset,
               const Tensor& out);
 
 // x += y, both [rows, dim] contiguous f32.
 void add_in_place(const Tensor& x, const Tensor& y);
 
-// out[t] = act(gate_up[t, :I]) * gate_up[t, I:]. gate_up: [T, 2I]; out: [T, I].
+// out = act(gate) * up, elementwise. gate, up, out: [T, I] (out may alias either).
 enum class Activation { kSilu, kGeluTanh };
-void gated_activation(Activation activation, const Tensor& gate_up, const Tensor& out);
+void gated_activation(Activation activation, const Tensor& gate, const Tensor& up,
+                      const Tensor& out);
 
 // x = cap * tanh(x / cap), elementwise over a contiguous f32 tensor.
 void softcap_in_place(const Tensor& x, float cap);

@@ -1,0 +1,290 @@
+// Gemma 4 text (Gemma4ForCausalLM, and the text path of Gemma4ForConditionalGeneration).
+//
+// Per layer: attention (q/k norms, a weightless v norm, scale 1, per-type RoPE, V = raw K on full
+// layers with attention_k_eq_v, no K/V at all on KV-shared layers) and a gelu-tanh MLP, each
+// wrapped in pre- and post-norms; an optional MoE branch beside the MLP; per-layer inputs (PLE)
+// gated into the residual; and a learned scalar on the whole hidden state. Norms scale by w (not
+// 1 + w). Embeddings are scaled by sqrt(hidden) rounded to the weight dtype; logits are softcapped.
+#include <cmath>
+
+#include "model/arch/gemma4.h"
+#include "model/layers/rope_config.h"
+#include "ops/cpu/matmul.h"
+
+namespace pagoda {
+namespace {
+
+// `value` rounded to `dtype`, as a scale multiplied in the weight dtype would be.
+float round_to(DType dtype, float value) {
+  std::byte bytes[4];
+  cpu::store_float(bytes, dtype, value);
+  return cpu::load_float(bytes, dtype);
+}
+
+void scale_in_place(const Tensor& x, float factor) {
+  float* data = x.data<float>();
+  for (int64_t i = 0; i < x.numel(); ++i)
+    data[i] *= factor;
+}
+
+float read_scalar(WeightSource& weights, const std::string& name) {
+  const Tensor t = weights.get(name, {1});
+  return cpu::load_float(t.raw_data(), t.dtype());
+}
+
+}  // namespace
+
+Gemma4Model::Gemma4Model(const ModelConfig& config, WeightSource& weights) {
+  const ConfigReader text(config.text_config, config.source);
+  const std::string prefix =
+      config.architecture == "Gemma4ForConditionalGeneration" ? "model.language_model." : "model.";
+  const int64_t hidden = config.hidden_size;
+  const int64_t vocab = config.vocab_size;
+  const int64_t num_layers = static_cast<int64_t>(config.layers.size());
+  const float eps = static_cast<float>(text.raw().value("rms_norm_eps", 1e-6));
+  const std::string act = text.optional_string("hidden_activation").value_or("gelu_pytorch_tanh");
+  if (act != "gelu_pytorch_tanh" && act != "gelu_tanh") {
+    text.fail_field("hidden_activation", "is '" + act + "'; supported: gelu_pytorch_tanh");
+  }
+  if (text.boolean_or("attention_bias", false)) {
+    text.fail_field("attention_bias", "is true; biases are not supported yet");
+  }
+  const int64_t inner = text.positive("intermediate_size");
+  const bool double_wide = text.boolean_or("use_double_wide_mlp", false);
+  const bool k_eq_v = text.boolean_or("attention_k_eq_v", false);
+  const bool moe = text.boolean_or("enable_moe_block", false);
+  int64_t first_shared = num_layers;
+  for (int64_t i = 0; i < num_layers; ++i) {
+    if (config.layers[i].kv_source != KvSource::kOwn) {
+      first_shared = i;
+      break;
+    }
+  }
+
+  embed_tokens_ = weights.get(prefix + "embed_tokens.weight", {vocab, hidden});
+  embed_scale_ = round_to(embed_tokens_.dtype(), std::sqrt(static_cast<float>(hidden)));
+  ple_size_ = text.integer_or("hidden_size_per_layer_input", 0);
+  if (ple_size_ > 0) {
+    const int64_t ple_vocab = text.positive("vocab_size_per_layer_input");
+    ple_table_ =
+        weights.get(prefix + "embed_tokens_per_layer.weight", {ple_vocab, num_layers * ple_size_});
+    ple_scale_ = round_to(ple_table_.dtype(), std::sqrt(static_cast<float>(ple_size_)));
+    ple_projection_ =
+        weights.get(prefix + "per_layer_model_projection.weight", {num_layers * ple_size_, hidden});
+    ple_norm_ = RmsNorm::load(weights, prefix + "per_layer_projection_norm.weight", ple_size_, eps);
+  }
+
+  const nlohmann::json& rope_by_type = text.raw().at("rope_parameters");
+  for (int64_t i = 0; i < num_layers; ++i) {
+    const LayerAttentionConfig& attention = config.layers[i];
+    const std::string layer = prefix + "layers." + std::to_string(i);
+    const bool full = attention.kind == AttentionKind::kFull;
+    const char* type = full ? "full_attention" : "sliding_attention";
+    if (!rope_by_type.is_object() || !rope_by_type.contains(type)) {
+      text.fail_field("rope_parameters", std::string("needs an entry for ") + type);
+    }
+    const RopeParams rope =
+        parse_rope_object(text, rope_by_type.at(type), attention.head_size_k, full ? 1e6 : 1e4);
+    const SelfAttentionOptions options{
+        .qk_norm = true, .v_norm = true, .k_eq_v = full && k_eq_v, .scale = 1.0f, .norm_eps = eps};
+    Layer l{.input_norm = RmsNorm::load(weights, layer + ".input_layernorm.weight", hidden, eps),
+            .attention = std::make_unique<SelfAttention>(weights, layer + ".self_attn", hidden,
+                                                         attention, rope, options),
+            .post_attention_norm =
+                RmsNorm::load(weights, layer + ".post_attention_layernorm.weight", hidden, eps),
+            .pre_feedforward_norm =
+                RmsNorm::load(weights, layer + ".pre_feedforward_layernorm.weight", hidden, eps),
+            .post_feedforward_norm =
+                RmsNorm::load(weights, layer + ".post_feedforward_layernorm.weight", hidden, eps),
+            .mlp = GatedMlp::load(
+                weights, layer + ".mlp", hidden,
+                double_wide && i >= first_shared && first_shared > 0 ? 2 * inner : inner,
+                cpu::Activation::kGeluTanh),
+            .layer_scalar = read_scalar(weights, layer + ".layer_scalar")};
+    if (moe) l.moe = load_moe(weights, text, layer, hidden, eps);
+    if (ple_size_ > 0) {
+      l.ple_gate = weights.get(layer + ".per_layer_input_gate.weight", {ple_size_, hidden});
+      l.ple_projection = weights.get(layer + ".per_layer_projection.weight", {hidden, ple_size_});
+      l.ple_norm = RmsNorm::load(weights, layer + ".post_per_layer_input_norm.weight", hidden, eps);
+    }
+    layers_.push_back(std::move(l));
+  }
+  norm_ = RmsNorm::load(weights, prefix + "norm.weight", hidden, eps);
+  if (text.has("final_logit_softcapping")) {
+    softcap_ = static_cast<float>(text.raw().at("final_logit_softcapping").get<double>());
+  }
+}
+
+Gemma4Model::Moe Gemma4Model::load_moe(WeightSource& weights, const ConfigReader& text,
+                                       const std::string& layer, int64_t hidden, float eps) {
+  const int64_t experts = text.positive("num_experts");
+  const int64_t top_k = text.positive("top_k_experts");
+  const int64_t inner = text.positive("moe_intermediate_size");
+  if (top_k > experts) text.fail_field("top_k_experts", "is larger than num_experts");
+  return Moe{.router = weights.get(layer + ".router.proj.weight", {experts, hidden}),
+             .router_scale = weights.get(layer + ".router.scale", {hidden}),
+             .per_expert_scale = weights.get(layer + ".router.per_expert_scale", {experts}),
+             .gate_up = weights.get(layer + ".experts.gate_up_proj", {experts, 2 * inner, hidden}),
+             .down = weights.get(layer + ".experts.down_proj", {experts, hidden, inner}),
+             .pre_norm =
+                 RmsNorm::load(weights, layer + ".pre_feedforward_layernorm_2.weight", hidden, eps),
+             .post_mlp_norm = RmsNorm::load(weights, layer + ".post_feedforward_layernorm_1.weight",
+                                            hidden, eps),
+             .post_experts_norm = RmsNorm::load(
+                 weights, layer + ".post_feedforward_layernorm_2.weight", hidden, eps),
+             .top_k = top_k,
+             .eps = eps};
+}
+
+// Router on the raw residual: a weightless norm, a learned per-channel scale and hidden^-0.5, a
+// softmax over experts, the top k renormalised and scaled per expert. The chosen experts' gated
+// MLPs run on the separately normed input and are summed in ascending expert order.
+Tensor Gemma4Model::run_moe(const Moe& moe, const Tensor& residual) const {
+  const int64_t tokens = residual.size(0);
+  const int64_t hidden = residual.size(1);
+  const int64_t experts = moe.router.size(0);
+  const int64_t inner = moe.down.size(2);
+  Tensor z = Tensor::empty(residual.shape(), DType::kF32);
+  cpu::rms_norm(residual, Tensor(), moe.eps, 0.0f, z);
+  const float root = 1.0f / std::sqrt(static_cast<float>(hidden));
+  for (int64_t t = 0; t < tokens; ++t) {
+    for (int64_t h = 0; h < hidden; ++h) {
+      float& value = z.data<float>()[t * hidden + h];
+      value = value *
+              cpu::load_float(moe.router_scale.raw_data() + h * moe.router_scale.element_size(),
+                              moe.router_scale.dtype()) *
+              root;
+    }
+  }
+  const Tensor logits = project(z, moe.router);
+  // Per token: the chosen experts and their weights.
+  std::vector<std::vector<std::pair<int64_t, float>>> chosen(tokens);
+  for (int64_t t = 0; t < tokens; ++t) {
+    const float* row = logits.data<float>() + t * experts;
+    float max = row[0];
+    for (int64_t e = 1; e < experts; ++e)
+      max = std::max(max, row[e]);
+    std::vector<float> p(experts);
+    float sum = 0;
+    for (int64_t e = 0; e < experts; ++e)
+      sum += (p[e] = std::exp(row[e] - max));
+    std::vector<int64_t> order(experts);
+    for (int64_t e = 0; e < experts; ++e)
+      order[e] = e;
+    std::partial_sort(order.begin(), order.begin() + moe.top_k, order.end(),
+                      [&](int64_t a, int64_t b) { return p[a] > p[b] || (p[a] == p[b] && a < b); });
+    float kept = 0;
+    for (int64_t k = 0; k < moe.top_k; ++k)
+      kept += p[order[k]] / sum;
+    for (int64_t k = 0; k < moe.top_k; ++k) {
+      const int64_t e = order[k];
+      const float scale =
+          cpu::load_float(moe.per_expert_scale.raw_data() + e * moe.per_expert_scale.element_size(),
+                          moe.per_expert_scale.dtype());
+      chosen[t].push_back({e, p[e] / sum / kept * scale});
+    }
+  }
+  Tensor xe = Tensor::empty(residual.shape(), DType::kF32);
+  moe.pre_norm.apply(residual, xe);
+  Tensor out = Tensor::empty(residual.shape(), DType::kF32);
+  for (int64_t e = 0; e < experts; ++e) {
+    std::vector<int64_t> rows;
+    std::vector<float> row_weights;
+    for (int64_t t = 0; t < tokens; ++t) {
+      for (const auto& [expert, weight] : chosen[t]) {
+        if (expert == e) {
+          rows.push_back(t);
+          row_weights.push_back(weight);
+        }
+      }
+    }
+    if (rows.empty()) continue;
+    const int64_t count = static_cast<int64_t>(rows.size());
+    Tensor gathered = Tensor::empty({count, hidden}, DType::kF32);
+    for (int64_t r = 0; r < count; ++r)
+      gathered.select(0, r).copy_from(xe.select(0, rows[r]));
+    const Tensor gate_up = moe.gate_up.select(0, e);
+    const Tensor gate = project(gathered, gate_up.narrow(0, 0, inner).contiguous());
+    const Tensor up = project(gathered, gate_up.narrow(0, inner, inner).contiguous());
+    cpu::gated_activation(cpu::Activation::kGeluTanh, gate, up, gate);
+    const Tensor y = project(gate, moe.down.select(0, e));
+    for (int64_t r = 0; r < count; ++r) {
+      float* dst = out.data<float>() + rows[r] * hidden;
+      const float* src = y.data<float>() + r * hidden;
+      for (int64_t h = 0; h < hidden; ++h)
+        dst[h] += row_weights[r] * src[h];
+    }
+  }
+  return out;
+}
+
+Tensor Gemma4Model::per_layer_inputs(const std::vector<int32_t>& ids, const Tensor& x0) const {
+  const int64_t tokens = x0.size(0);
+  const int64_t num_layers = static_cast<int64_t>(layers_.size());
+  // Token part: the per-layer table, scaled by sqrt(P).
+  Tensor token_part = Tensor::empty({tokens, num_layers * ple_size_}, DType::kF32);
+  cpu::embedding(ple_table_, ids, token_part);
+  scale_in_place(token_part, ple_scale_);
+  // Context part: a projection of the scaled embeddings, normed per layer.
+  Tensor context = project(x0, ple_projection_);
+  scale_in_place(context, 1.0f / std::sqrt(static_cast<float>(x0.size(1))));
+  const Tensor rows = context.view({tokens * num_layers, ple_size_});
+  ple_norm_.apply(rows, rows);
+  cpu::add_in_place(context, token_part);
+  scale_in_place(context, 1.0f / std::sqrt(2.0f));
+  return context;
+}
+
+Tensor Gemma4Model::forward(const ForwardBatch& batch) {
+  const int64_t tokens = static_cast<int64_t>(batch.token_ids.size());
+  const int64_t hidden = embed_tokens_.size(1);
+  Tensor x = Tensor::empty({tokens, hidden}, DType::kF32);
+  cpu::embedding(embed_tokens_, batch.token_ids, x);
+  scale_in_place(x, embed_scale_);
+  const Tensor ple = ple_size_ > 0 ? per_layer_inputs(batch.token_ids, x) : Tensor();
+
+  Tensor normed = Tensor::empty(x.shape(), DType::kF32);
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    const Layer& layer = layers_[i];
+    layer.input_norm.apply(x, normed);
+    Tensor attended = layer.attention->forward(normed, batch, static_cast<int64_t>(i));
+    layer.post_attention_norm.apply(attended, attended);
+    cpu::add_in_place(x, attended);
+
+    layer.pre_feedforward_norm.apply(x, normed);
+    Tensor mlp = layer.mlp.forward(normed);
+    if (layer.moe) {
+      layer.moe->post_mlp_norm.apply(mlp, mlp);
+      Tensor experts = run_moe(*layer.moe, x);
+      layer.moe->post_experts_norm.apply(experts, experts);
+      cpu::add_in_place(mlp, experts);
+    }
+    layer.post_feedforward_norm.apply(mlp, mlp);
+    cpu::add_in_place(x, mlp);
+
+    if (ple_size_ > 0) {
+      Tensor gate = project(x, layer.ple_gate);
+      const Tensor slice =
+          ple.narrow(1, static_cast<int64_t>(i) * ple_size_, ple_size_).contiguous();
+      cpu::gated_activation(cpu::Activation::kGeluTanh, gate, slice, gate);
+      Tensor projected = project(gate, layer.ple_projection);
+      layer.ple_norm.apply(projected, projected);
+      cpu::add_in_place(x, projected);
+    }
+    scale_in_place(x, layer.layer_scalar);
+  }
+  norm_.apply(x, x);
+  return x;
+}
+
+Tensor Gemma4Model::compute_logits(const Tensor& hidden) {
+  Tensor logits = project(hidden, embed_tokens_);
+  if (softcap_ > 0.0f) cpu::softcap_in_place(logits, softcap_);
+  return logits;
+}
+
+std::unique_ptr<CausalLm> build_gemma4(const ModelConfig& config, WeightSource& weights) {
+  return std::make_unique<Gemma4Model>(config, weights);
+}
+
+}  // namespace pagoda

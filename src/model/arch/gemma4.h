@@ -1,0 +1,66 @@
+// Gemma 4 text decoder.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "model/config_reader.h"
+#include "model/layers/blocks.h"
+
+namespace pagoda {
+
+class Gemma4Model : public CausalLm {
+ public:
+  Gemma4Model(const ModelConfig& config, WeightSource& weights);
+  Tensor forward(const ForwardBatch& batch) override;
+  Tensor compute_logits(const Tensor& hidden) override;
+
+ private:
+  struct Moe {
+    Tensor router;            // [experts, hidden]
+    Tensor router_scale;      // [hidden]
+    Tensor per_expert_scale;  // [experts]
+    Tensor gate_up;           // [experts, 2 * inner, hidden]: gate rows, then up rows
+    Tensor down;              // [experts, hidden, inner]
+    RmsNorm pre_norm;
+    RmsNorm post_mlp_norm;
+    RmsNorm post_experts_norm;
+    int64_t top_k = 0;
+    float eps = 1e-6f;
+  };
+  struct Layer {
+    RmsNorm input_norm;
+    std::unique_ptr<SelfAttention> attention;
+    RmsNorm post_attention_norm;
+    RmsNorm pre_feedforward_norm;
+    RmsNorm post_feedforward_norm;
+    GatedMlp mlp;
+    float layer_scalar = 1.0f;
+    std::optional<Moe> moe;
+    Tensor ple_gate;        // [P, hidden]
+    Tensor ple_projection;  // [hidden, P]
+    RmsNorm ple_norm;
+  };
+
+  static Moe load_moe(WeightSource& weights, const ConfigReader& text, const std::string& layer,
+                      int64_t hidden, float eps);
+  Tensor run_moe(const Moe& moe, const Tensor& residual) const;
+  // [T, layers * P]: per-layer inputs, layer i in columns [i * P, (i + 1) * P).
+  Tensor per_layer_inputs(const std::vector<int32_t>& ids, const Tensor& x0) const;
+
+  Tensor embed_tokens_;  // [vocab, hidden]; also the output projection
+  float embed_scale_ = 1.0f;
+  int64_t ple_size_ = 0;
+  Tensor ple_table_;  // [ple_vocab, layers * P]
+  float ple_scale_ = 1.0f;
+  Tensor ple_projection_;  // [layers * P, hidden]
+  RmsNorm ple_norm_;
+  std::vector<Layer> layers_;
+  RmsNorm norm_;
+  float softcap_ = 0.0f;
+};
+
+std::unique_ptr<CausalLm> build_gemma4(const ModelConfig& config, WeightSource& weights);
+
+}  // namespace pagoda
