@@ -3,6 +3,7 @@
 #include "core/error.h"
 #include "model/arch/gemma4.h"
 #include "model/arch/llama.h"
+#include "model/arch/mimo_v2_flash.h"
 
 namespace pagoda {
 
@@ -15,10 +16,12 @@ std::unique_ptr<CausalLm> build_causal_lm(const ModelConfig& config, WeightSourc
   } else if (config.architecture == "Gemma4ForCausalLM" ||
              config.architecture == "Gemma4ForConditionalGeneration") {
     model = build_gemma4(config, weights);
+  } else if (config.architecture == "MiMoV2FlashForCausalLM") {
+    model = build_mimo_v2_flash(config, weights);
   } else {
     fail(
         "{}: running {} is not implemented yet; pagoda runs LlamaForCausalLM, "
-        "Qwen3ForCausalLM and Gemma4ForCausalLM (text)",
+        "Qwen3ForCausalLM, Gemma4ForCausalLM (text) and MiMoV2FlashForCausalLM",
         config.source, config.architecture);
   }
   weights.finish();

@@ -63,6 +63,14 @@ SelfAttention::SelfAttention(WeightSource& weights, const std::string& prefix, i
           RmsNorm::load(weights, prefix + ".k_norm.weight", layer.head_size_k, options.norm_eps);
     }
   }
+  if (options.sinks) {
+    const std::string name =
+        prefix + (weights.has(prefix + ".sinks") ? ".sinks" : ".attention_sink_bias");
+    const Tensor sinks = weights.get(name, {layer.num_q_heads});
+    for (int64_t h = 0; h < layer.num_q_heads; ++h) {
+      sinks_.push_back(cpu::load_float(sinks.raw_data() + h * sinks.element_size(), sinks.dtype()));
+    }
+  }
   inverse_frequencies_ = rope_inverse_frequencies(rope);
   rotary_dim_ = rope.rotary_dim;
 }
@@ -89,6 +97,11 @@ Tensor SelfAttention::forward(const Tensor& x, const ForwardBatch& batch,
       const Tensor rows = k.view({tokens * p.num_kv_heads, p.head_size_k});
       k_norm_->apply(rows, rows);
     }
+    if (options_.value_scale != 1.0f) {
+      float* data = v.data<float>();
+      for (int64_t i = 0; i < v.numel(); ++i)
+        data[i] *= options_.value_scale;
+    }
     if (options_.v_norm) {
       const Tensor rows = v.view({tokens * p.num_kv_heads, p.head_size_v});
       cpu::rms_norm(rows, Tensor(), options_.norm_eps, 0.0f, rows);
@@ -97,8 +110,10 @@ Tensor SelfAttention::forward(const Tensor& x, const ForwardBatch& batch,
   }
   Tensor attended = Tensor::empty({tokens, p.num_q_heads * p.head_size_v}, DType::kF32);
   const int64_t group = (*batch.layer_groups)[layer_index];
-  cpu_paged_attention(p, q, k, v, batch.kv_cache->views[layer_index], batch.group_metadata[group],
-                      attended);
+  AttentionLayerParams params = p;
+  if (!sinks_.empty()) params.sinks = sinks_.data();
+  cpu_paged_attention(params, q, k, v, batch.kv_cache->views[layer_index],
+                      batch.group_metadata[group], attended);
   return project(attended, o_proj_);
 }
 

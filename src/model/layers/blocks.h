@@ -42,6 +42,8 @@ struct SelfAttentionOptions {
   bool v_norm = false;         // RMSNorm without scale over each head's v (Gemma 4)
   bool k_eq_v = false;         // no v_proj: V is the raw K projection (Gemma 4 full layers)
   std::optional<float> scale;  // on q·k; default 1/sqrt(head_size_k)
+  float value_scale = 1.0f;    // V is multiplied by this before the cache (MiMo)
+  bool sinks = false;          // a learned per-head sink logit (<prefix>.attention_sink_bias)
   float norm_eps = 1e-6f;
 };
 
@@ -64,6 +66,7 @@ class SelfAttention {
   bool owns_kv_ = true;
   Tensor q_proj_, k_proj_, v_proj_, o_proj_;
   std::optional<RmsNorm> q_norm_, k_norm_;
+  std::vector<float> sinks_;  // [num_q_heads] when options_.sinks
   std::vector<float> inverse_frequencies_;
   int64_t rotary_dim_ = 0;
 };

@@ -1,0 +1,56 @@
+// MiMo-V2-Flash decoder.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "model/config_reader.h"
+#include "model/layers/blocks.h"
+
+namespace pagoda {
+
+class MiMoV2FlashModel : public CausalLm {
+ public:
+  MiMoV2FlashModel(const ModelConfig& config, WeightSource& weights);
+  Tensor forward(const ForwardBatch& batch) override;
+  Tensor compute_logits(const Tensor& hidden) override;
+
+ private:
+  struct Expert {
+    Tensor gate;  // [inner, hidden]
+    Tensor up;    // [inner, hidden]
+    Tensor down;  // [hidden, inner]
+  };
+  struct Moe {
+    Tensor router;            // [experts, hidden]
+    std::vector<float> bias;  // [experts] e_score_correction_bias, for selection only
+    std::vector<Expert> experts;
+    int64_t top_k = 0;
+    int64_t num_groups = 1;
+    int64_t top_groups = 1;
+    bool normalize = true;
+    float routed_scale = 1.0f;
+  };
+  struct Layer {
+    RmsNorm input_norm;
+    std::unique_ptr<SelfAttention> attention;
+    RmsNorm post_attention_norm;
+    std::optional<GatedMlp> mlp;  // dense layers
+    std::optional<Moe> moe;       // sparse layers
+  };
+
+  static Moe load_moe(WeightSource& weights, const ConfigReader& text, const std::string& prefix,
+                      int64_t hidden);
+  // x: the normed input [T, hidden] -> [T, hidden].
+  static Tensor run_moe(const Moe& moe, const Tensor& x);
+
+  Tensor embed_tokens_;  // [vocab, hidden]
+  std::vector<Layer> layers_;
+  RmsNorm norm_;
+  Tensor lm_head_;  // [vocab, hidden]
+};
+
+std::unique_ptr<CausalLm> build_mimo_v2_flash(const ModelConfig& config, WeightSource& weights);
+
+}  // namespace pagoda
