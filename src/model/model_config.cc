@@ -114,6 +114,7 @@ ModelConfig parse_model_config(const nlohmann::json& json, const std::string& so
   model.vocab_size = text.positive("vocab_size");
   model.hidden_size = text.positive("hidden_size");
   model.text_config = text.raw();
+  model.file_config = json;
   for (const ConfigReader* reader : {&text, &config}) {
     if (!model.eos_token_ids.empty() || !reader->has("eos_token_id")) continue;
     if (reader->raw().at("eos_token_id").is_array()) {

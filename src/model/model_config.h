@@ -48,6 +48,7 @@ struct ModelConfig {
   std::vector<LayerAttentionConfig> layers;
   std::vector<int64_t> eos_token_ids;  // eos_token_id, an id or a list
   nlohmann::json text_config;          // the text model's fields, for the architecture's code
+  nlohmann::json file_config;          // the whole config.json, for fields outside text_config
 
   // True when some layer reads a target model's cache: the model only runs as a drafter.
   bool needs_target() const;

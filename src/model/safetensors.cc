@@ -117,7 +117,10 @@ DType parse_safetensors_dtype(const std::string& name) {
   if (name == "F32") return DType::kF32;
   if (name == "F16") return DType::kF16;
   if (name == "BF16") return DType::kBF16;
-  fail("dtype '{}' is not supported; pagoda loads F32, F16 and BF16 weights", name);
+  if (name == "I64") return DType::kI64;
+  if (name == "I32") return DType::kI32;
+  if (name == "U8") return DType::kU8;
+  fail("dtype '{}' is not supported; pagoda loads F32, F16, BF16, I64, I32 and U8 tensors", name);
 }
 
 SafetensorsFile SafetensorsFile::open(const std::string& path) {

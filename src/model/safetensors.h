@@ -64,8 +64,8 @@ class Checkpoint {
   std::map<std::string, Stored> tensors_;
 };
 
-// Parses a safetensors dtype string ("F32", "BF16", ...). Throws Error for types pagoda does not
-// load (F64, I8, BOOL, F8_E4M3, ...), naming the type.
+// Parses a safetensors dtype string ("F32", "BF16", "I64", ...). Throws Error for types pagoda
+// does not load (F64, I8, BOOL, F8_E4M3, ...), naming the type.
 DType parse_safetensors_dtype(const std::string& name);
 
 }  // namespace pagoda

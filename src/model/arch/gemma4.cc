@@ -235,14 +235,23 @@ Tensor Gemma4Model::per_layer_inputs(const std::vector<int32_t>& ids, const Tens
   return context;
 }
 
-Tensor Gemma4Model::forward(const ForwardBatch& batch) {
-  const int64_t tokens = static_cast<int64_t>(batch.token_ids.size());
-  const int64_t hidden = embed_tokens_.size(1);
-  Tensor x = Tensor::empty({tokens, hidden}, DType::kF32);
-  cpu::embedding(embed_tokens_, batch.token_ids, x);
+Tensor Gemma4Model::embed(const std::vector<int32_t>& ids) const {
+  Tensor x = Tensor::empty({static_cast<int64_t>(ids.size()), embed_tokens_.size(1)}, DType::kF32);
+  cpu::embedding(embed_tokens_, ids, x);
   scale_in_place(x, embed_scale_);
-  const Tensor ple = ple_size_ > 0 ? per_layer_inputs(batch.token_ids, x) : Tensor();
+  return x;
+}
 
+Tensor Gemma4Model::forward(const ForwardBatch& batch) {
+  const Tensor x = embed(batch.token_ids);
+  const Tensor ple = ple_size_ > 0 ? per_layer_inputs(batch.token_ids, x) : Tensor();
+  return run_layers(x, ple, batch);
+}
+
+Tensor Gemma4Model::run_layers(const Tensor& input, const Tensor& ple,
+                               const ForwardBatch& batch) const {
+  PAGODA_CHECK(ple.defined() == (ple_size_ > 0), "per-layer inputs given to a model without them");
+  Tensor x = input.clone();
   Tensor normed = Tensor::empty(x.shape(), DType::kF32);
   for (size_t i = 0; i < layers_.size(); ++i) {
     const Layer& layer = layers_[i];

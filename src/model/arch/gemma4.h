@@ -16,6 +16,14 @@ class Gemma4Model : public CausalLm {
   Tensor forward(const ForwardBatch& batch) override;
   Tensor compute_logits(const Tensor& hidden) override;
 
+  const Tensor& output_embedding() const { return embed_tokens_; }  // [vocab, hidden], tied head
+  // Token embeddings scaled by sqrt(hidden), rounded to the weight dtype: [T, hidden].
+  Tensor embed(const std::vector<int32_t>& ids) const;
+  // The decoder layers and the final norm from input embeddings [T, hidden]; per_layer_inputs is
+  // undefined for a model without them. Returns the final hidden states [T, hidden].
+  Tensor run_layers(const Tensor& input, const Tensor& per_layer_inputs,
+                    const ForwardBatch& batch) const;
+
  private:
   struct Moe {
     Tensor router;            // [experts, hidden]

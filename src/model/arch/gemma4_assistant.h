@@ -1,0 +1,42 @@
+// The Gemma 4 assistant: a small drafter whose every layer reads the target's KV caches.
+#pragma once
+
+#include <memory>
+
+#include "model/arch/gemma4.h"
+
+namespace pagoda {
+
+struct DraftStep {
+  Tensor logits;  // [rows, vocab]
+  Tensor hidden;  // [rows, backbone_hidden]: fed back as the next step's hidden input
+};
+
+class Gemma4Assistant {
+ public:
+  Gemma4Assistant(const ModelConfig& config, WeightSource& weights);
+
+  // One drafting step. token_embeddings: the target's scaled embeddings of the tokens to draft
+  // after, [rows, backbone_hidden]; hidden: the target's final hidden state for the first step,
+  // else the previous step's output, [rows, backbone_hidden]. The batch's layers are the
+  // assistant's, viewing the target's caches; positions hold the draft position, and no K/V is
+  // written.
+  DraftStep step(const Tensor& token_embeddings, const Tensor& hidden,
+                 const ForwardBatch& batch) const;
+
+  // Logits through the centroid-masked head (use_ordered_embeddings): only the tokens owned by the
+  // top centroids get their logit; the rest get the smallest of those minus one.
+  static Tensor ordered_logits(const Tensor& hidden, const Tensor& lm_head, const Tensor& centroids,
+                               const std::vector<int64_t>& token_ordering, int64_t top_centroids);
+
+ private:
+  std::unique_ptr<Gemma4Model> text_;
+  Tensor pre_projection_;   // [hidden, 2 * backbone_hidden]
+  Tensor post_projection_;  // [backbone_hidden, hidden]
+  Tensor lm_head_;          // [vocab, hidden] (the assistant's embedding)
+  Tensor centroids_;        // [num_centroids, hidden] with ordered embeddings
+  std::vector<int64_t> token_ordering_;
+  int64_t top_centroids_ = 0;
+};
+
+}  // namespace pagoda

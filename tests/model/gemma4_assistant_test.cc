@@ -1,0 +1,123 @@
+// The Gemma 4 assistant against transformers: four drafting steps after a target prefill, every
+// assistant layer reading the target's caches with no K/V of its own.
+#include "model/arch/gemma4_assistant.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "engine/cache_setup.h"
+#include "engine/model_runner.h"
+#include "engine/sampler.h"
+
+namespace pagoda {
+namespace {
+
+std::string fixture(const std::string& name) {
+  return std::string(PAGODA_SOURCE_DIR) + "/tests/fixtures/" + name;
+}
+
+int32_t argmax(const Tensor& logits) {
+  return sample_greedy(compute_logprobs(logits), 0).front().token_id;
+}
+
+TEST(Gemma4AssistantTest, DraftsLikeTransformers) {
+  const ModelConfig target_config = load_model_config(fixture("gemma4-tiny"));
+  const ModelConfig assistant_config = load_model_config(fixture("gemma4-assistant-tiny"));
+  WeightSource target_weights = WeightSource::from_checkpoint(fixture("gemma4-tiny"));
+  Gemma4Model target(target_config, target_weights);
+  WeightSource assistant_weights = WeightSource::from_checkpoint(fixture("gemma4-assistant-tiny"));
+  const Gemma4Assistant assistant(assistant_config, assistant_weights);
+  EXPECT_TRUE(assistant_weights.unused().empty());
+
+  // One pool for both: the assistant's layers own nothing.
+  CacheFlags flags;
+  flags.num_blocks = 200;
+  flags.block_size = 4;
+  const CacheSetup setup = plan_cache(target_config, &assistant_config, flags);
+  const int64_t target_layers = static_cast<int64_t>(target_config.layers.size());
+  for (size_t i = target_layers; i < setup.plan.layers.size(); ++i) {
+    EXPECT_FALSE(setup.plan.layers[i].owns_kv());
+  }
+  const KvCache cache = allocate_kv_cache(setup.plan, Device::cpu());
+  KvCache assistant_views;
+  std::vector<int64_t> assistant_groups;
+  for (size_t i = target_layers; i < setup.plan.layers.size(); ++i) {
+    assistant_views.views.push_back(cache.views[i]);
+    assistant_groups.push_back(setup.plan.placements[i].group);
+  }
+
+  std::ifstream file(fixture("gemma4-assistant-tiny") + "/reference.json");
+  const nlohmann::json reference = nlohmann::json::parse(file);
+  ModelRunner runner(target, setup.plan, cache);
+  for (const nlohmann::json& prompt : reference["prompts"]) {
+    const auto ids = prompt["prompt_token_ids"].get<std::vector<int32_t>>();
+    const int64_t length = static_cast<int64_t>(ids.size());
+    SCOPED_TRACE("prompt of " + std::to_string(length));
+    KvCacheManager blocks(setup.plan);
+    ASSERT_TRUE(blocks.allocate_slots(0, length));
+    const ScheduledSequence prefill{.request_id = 0, .new_token_ids = ids};
+    const ForwardBatch target_batch = runner.prepare({&prefill}, blocks);
+    const Tensor hidden = target.forward(target_batch);
+    const Tensor last_hidden = hidden.narrow(0, length - 1, 1).contiguous();
+    int32_t token = argmax(target.compute_logits(last_hidden));
+    EXPECT_EQ(token, prompt["target_token_id"].get<int32_t>());
+
+    // The drafting batch: one query at the draft position, the target's pages as they are.
+    ForwardBatch draft_batch;
+    draft_batch.positions = {prompt["draft_position"].get<int64_t>()};
+    draft_batch.kv_cache = &assistant_views;
+    draft_batch.layer_groups = &assistant_groups;
+    for (size_t g = 0; g < setup.plan.groups.size(); ++g) {
+      const std::vector<int32_t>& table = blocks.block_ids(0)[g];
+      AttentionMetadata meta;
+      meta.num_actual_tokens = 1;
+      meta.query_start = {0, 1};
+      meta.seq_lens = {length};
+      meta.block_table = table;
+      meta.block_table_stride = static_cast<int64_t>(table.size());
+      meta.slot_mapping = {-1};
+      draft_batch.group_metadata.push_back(meta);
+    }
+    const Tensor cache_before = cache.buffers[0].clone();
+    Tensor state = last_hidden;
+    const auto expected_tokens = prompt["draft_token_ids"].get<std::vector<int32_t>>();
+    for (size_t step = 0; step < expected_tokens.size(); ++step) {
+      const DraftStep out = assistant.step(target.embed({token}), state, draft_batch);
+      token = argmax(out.logits);
+      EXPECT_EQ(token, expected_tokens[step]) << "step " << step;
+      for (const nlohmann::json& top : prompt["draft_top_logits"][step]) {
+        EXPECT_NEAR(out.logits.data<float>()[top[0].get<int32_t>()], top[1].get<double>(), 1e-4)
+            << "step " << step;
+      }
+      state = out.hidden;
+    }
+    // Drafting wrote nothing into the target's cache.
+    EXPECT_EQ(
+        std::memcmp(cache_before.raw_data(), cache.buffers[0].raw_data(), cache_before.numel()), 0);
+  }
+}
+
+TEST(Gemma4AssistantTest, OrderedLogitsKeepOnlyTheTopCentroidsTokens) {
+  // Vocabulary 6 in 3 centroids of 2 tokens; the top centroid owns tokens 4 and 1.
+  Tensor hidden = Tensor::empty({1, 2}, DType::kF32);
+  hidden.data<float>()[0] = 1.0f;
+  hidden.data<float>()[1] = 0.0f;
+  Tensor centroids = Tensor::empty({3, 2}, DType::kF32);
+  const float centroid_values[] = {0.1f, 0, 5.0f, 0, -1.0f, 0};
+  std::memcpy(centroids.raw_data(), centroid_values, sizeof(centroid_values));
+  Tensor head = Tensor::empty({6, 2}, DType::kF32);
+  for (int t = 0; t < 6; ++t)
+    head.data<float>()[t * 2] = static_cast<float>(t);
+  const Tensor logits =
+      Gemma4Assistant::ordered_logits(hidden, head, centroids, {0, 2, 4, 1, 3, 5}, 1);
+  EXPECT_EQ(logits.at<float>({0, 4}), 4.0f);
+  EXPECT_EQ(logits.at<float>({0, 1}), 1.0f);
+  for (int t : {0, 2, 3, 5})
+    EXPECT_EQ(logits.at<float>({0, t}), 0.0f);  // min(4, 1) - 1
+}
+
+}  // namespace
+}  // namespace pagoda
