@@ -6,16 +6,21 @@
 
 namespace pagoda {
 
-ModelRunner::ModelRunner(CausalLm& model, const KvCachePlan& plan, const KvCache& cache)
-    : model_(model), plan_(plan), cache_(cache) {
-  for (const KvLayerPlacement& placement : plan.placements)
-    layer_groups_.push_back(placement.group);
+ModelRunner::ModelRunner(CausalLm& model, const KvCachePlan& plan, const KvCache& cache,
+                         int64_t first_layer)
+    : model_(model), plan_(plan) {
+  PAGODA_CHECK(first_layer >= 0 && first_layer < static_cast<int64_t>(plan.layers.size()),
+               "first layer {} of a plan of {} layers", first_layer, plan.layers.size());
+  for (size_t i = first_layer; i < plan.layers.size(); ++i) {
+    layer_views_.views.push_back(cache.views[i]);
+    layer_groups_.push_back(plan.placements[i].group);
+  }
 }
 
 ForwardBatch ModelRunner::prepare(const std::vector<const ScheduledSequence*>& ordered,
-                                  const KvCacheManager& blocks) const {
+                                  const KvCacheManager& blocks, int64_t padding_tokens) const {
   ForwardBatch batch;
-  batch.kv_cache = &cache_;
+  batch.kv_cache = &layer_views_;
   batch.layer_groups = &layer_groups_;
   for (const ScheduledSequence* seq : ordered) {
     for (size_t i = 0; i < seq->new_token_ids.size(); ++i) {
@@ -24,6 +29,8 @@ ForwardBatch ModelRunner::prepare(const std::vector<const ScheduledSequence*>& o
     }
   }
   const int64_t num_tokens = static_cast<int64_t>(batch.token_ids.size());
+  batch.token_ids.resize(num_tokens + padding_tokens, 0);
+  batch.positions.resize(num_tokens + padding_tokens, 0);
   for (size_t g = 0; g < plan_.groups.size(); ++g) {
     const int64_t block_size = plan_.groups[g].spec.page.block_size;
     AttentionMetadata meta;

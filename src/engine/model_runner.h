@@ -25,20 +25,25 @@ struct RunnerOutput {
 
 class ModelRunner {
  public:
-  ModelRunner(CausalLm& model, const KvCachePlan& plan, const KvCache& cache);
+  // `first_layer` is the plan index of the model's first attention layer: 0 for the target, the
+  // target's layer count for a drafter planned in the same pool.
+  ModelRunner(CausalLm& model, const KvCachePlan& plan, const KvCache& cache,
+              int64_t first_layer = 0);
 
   // Runs one step. Decoding sequences (one new token after a non-empty cache) go first. Every
   // sequence's blocks must already cover its tokens.
   RunnerOutput execute(const std::vector<ScheduledSequence>& batch, const KvCacheManager& blocks);
 
-  // The step's inputs, exposed for tests: sequences in execution order.
+  // The step's inputs: sequences in execution order, then `padding_tokens` padding rows (token 0,
+  // position 0), which the metadata leaves out of num_actual_tokens and the slot mapping, as a
+  // batch padded to a captured size is.
   ForwardBatch prepare(const std::vector<const ScheduledSequence*>& ordered,
-                       const KvCacheManager& blocks) const;
+                       const KvCacheManager& blocks, int64_t padding_tokens = 0) const;
 
  private:
   CausalLm& model_;
   const KvCachePlan& plan_;
-  const KvCache& cache_;
+  KvCache layer_views_;  // the model's layers' views of the cache
   std::vector<int64_t> layer_groups_;
 };
 

@@ -127,6 +127,38 @@ TEST(InspectCliTest, BadInputIsOneLineAndNonZero) {
   EXPECT_NE(run_pagoda("inspect --model x --num-blocks 5 --kv-cache-memory 1GiB").exit_code, 0);
 }
 
+TEST(InspectCliTest, FixturesShowSharedLayersFreeAndTheDrafterPadded) {
+  const std::string fixtures = std::string(PAGODA_SOURCE_DIR) + "/tests/fixtures/";
+  CliRun run = run_pagoda("inspect --model " + fixtures + "gemma4-tiny --json");
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  nlohmann::json plan = nlohmann::json::parse(run.out);
+  for (int layer : {4, 5}) {
+    EXPECT_EQ(plan["layers"][layer]["bytes_per_token"], 0);
+    EXPECT_FALSE(plan["layers"][layer]["kv_source"].is_null());
+  }
+  EXPECT_GT(plan["layers"][3]["bytes_per_token"].get<int64_t>(), 0);
+
+  // mimo-tiny with a drafter whose heads are smaller (16/16 against 24/16).
+  const std::string drafter = config_dir("small_drafter", R"({
+      "architectures": ["MiMoV2FlashForCausalLM"], "hidden_size": 48, "intermediate_size": 64,
+      "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 1,
+      "head_dim": 16, "v_head_dim": 16, "layer_types": ["full_attention", "sliding_attention"],
+      "sliding_window": 6, "max_position_embeddings": 256, "vocab_size": 256})");
+  run =
+      run_pagoda("inspect --model " + fixtures + "mimo-tiny --draft-model " + drafter + " --json");
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  plan = nlohmann::json::parse(run.out);
+  int padded = 0;
+  for (const auto& decision : plan["page_sizes"]) {
+    if (decision["action"] == "padded") {
+      ++padded;
+      EXPECT_EQ(decision["layers"][0].get<std::string>().rfind("draft.", 0), 0u);
+      EXPECT_GT(decision["waste_fraction"].get<double>(), 0.0);
+    }
+  }
+  EXPECT_EQ(padded, 2);  // the drafter's full and sliding pages
+}
+
 TEST(InspectReportTest, LibraryCallMatchesTheCli) {
   InspectOptions options;
   options.model_dir = example("gemma-4-e4b");
