@@ -158,7 +158,7 @@ Tensor Gemma4Model::run_moe(const Moe& moe, const Tensor& residual) const {
   }
   const Tensor logits = project(z, moe.router);
   // Per token: the chosen experts and their weights.
-  std::vector<std::vector<std::pair<int64_t, float>>> chosen(tokens);
+  ExpertChoices chosen(tokens);
   for (int64_t t = 0; t < tokens; ++t) {
     const float* row = logits.data<float>() + t * experts;
     float max = row[0];
@@ -186,36 +186,13 @@ Tensor Gemma4Model::run_moe(const Moe& moe, const Tensor& residual) const {
   }
   Tensor xe = Tensor::empty(residual.shape(), DType::kF32);
   moe.pre_norm.apply(residual, xe);
-  Tensor out = Tensor::empty(residual.shape(), DType::kF32);
-  for (int64_t e = 0; e < experts; ++e) {
-    std::vector<int64_t> rows;
-    std::vector<float> row_weights;
-    for (int64_t t = 0; t < tokens; ++t) {
-      for (const auto& [expert, weight] : chosen[t]) {
-        if (expert == e) {
-          rows.push_back(t);
-          row_weights.push_back(weight);
-        }
-      }
-    }
-    if (rows.empty()) continue;
-    const int64_t count = static_cast<int64_t>(rows.size());
-    Tensor gathered = Tensor::empty({count, hidden}, DType::kF32);
-    for (int64_t r = 0; r < count; ++r)
-      gathered.select(0, r).copy_from(xe.select(0, rows[r]));
+  return mix_experts(xe, chosen, experts, [&](int64_t e, const Tensor& rows) {
     const Tensor gate_up = moe.gate_up.select(0, e);
-    const Tensor gate = project(gathered, gate_up.narrow(0, 0, inner).contiguous());
-    const Tensor up = project(gathered, gate_up.narrow(0, inner, inner).contiguous());
-    cpu::gated_activation(cpu::Activation::kGeluTanh, gate, up, gate);
-    const Tensor y = project(gate, moe.down.select(0, e));
-    for (int64_t r = 0; r < count; ++r) {
-      float* dst = out.data<float>() + rows[r] * hidden;
-      const float* src = y.data<float>() + r * hidden;
-      for (int64_t h = 0; h < hidden; ++h)
-        dst[h] += row_weights[r] * src[h];
-    }
-  }
-  return out;
+    const Tensor gate = project(rows, gate_up.narrow(0, 0, inner));
+    cpu::gated_activation(cpu::Activation::kGeluTanh, gate,
+                          project(rows, gate_up.narrow(0, inner, inner)), gate);
+    return project(gate, moe.down.select(0, e));
+  });
 }
 
 Tensor Gemma4Model::per_layer_inputs(const std::vector<int32_t>& ids, const Tensor& x0) const {

@@ -139,11 +139,10 @@ MiMoV2FlashModel::Moe MiMoV2FlashModel::load_moe(WeightSource& weights, const Co
 
 Tensor MiMoV2FlashModel::run_moe(const Moe& moe, const Tensor& x) {
   const int64_t tokens = x.size(0);
-  const int64_t hidden = x.size(1);
   const int64_t experts = static_cast<int64_t>(moe.experts.size());
   const int64_t group_size = experts / moe.num_groups;
   const Tensor logits = project(x, moe.router);
-  std::vector<std::vector<std::pair<int64_t, float>>> chosen(tokens);
+  ExpertChoices chosen(tokens);
   for (int64_t t = 0; t < tokens; ++t) {
     std::vector<float> score(experts);
     std::vector<float> choice(experts);
@@ -187,34 +186,10 @@ Tensor MiMoV2FlashModel::run_moe(const Moe& moe, const Tensor& x) {
       chosen[t].push_back({order[k], weight * moe.routed_scale});
     }
   }
-  Tensor out = Tensor::empty({tokens, hidden}, DType::kF32);
-  for (int64_t e = 0; e < experts; ++e) {
-    std::vector<int64_t> rows;
-    std::vector<float> row_weights;
-    for (int64_t t = 0; t < tokens; ++t) {
-      for (const auto& [expert, weight] : chosen[t]) {
-        if (expert == e) {
-          rows.push_back(t);
-          row_weights.push_back(weight);
-        }
-      }
-    }
-    if (rows.empty()) continue;
-    const int64_t count = static_cast<int64_t>(rows.size());
-    Tensor gathered = Tensor::empty({count, hidden}, DType::kF32);
-    for (int64_t r = 0; r < count; ++r)
-      gathered.select(0, r).copy_from(x.select(0, rows[r]));
-    const GatedMlp expert{moe.experts[e].gate, moe.experts[e].up, moe.experts[e].down,
-                          cpu::Activation::kSilu};
-    const Tensor y = expert.forward(gathered);
-    for (int64_t r = 0; r < count; ++r) {
-      float* dst = out.data<float>() + rows[r] * hidden;
-      const float* src = y.data<float>() + r * hidden;
-      for (int64_t h = 0; h < hidden; ++h)
-        dst[h] += row_weights[r] * src[h];
-    }
-  }
-  return out;
+  return mix_experts(x, chosen, experts, [&](int64_t e, const Tensor& rows) {
+    const Expert& expert = moe.experts[e];
+    return GatedMlp{expert.gate, expert.up, expert.down, cpu::Activation::kSilu}.forward(rows);
+  });
 }
 
 Tensor MiMoV2FlashModel::forward(const ForwardBatch& batch) {

@@ -12,6 +12,37 @@ Tensor project(const Tensor& x, const Tensor& weight) {
   return out;
 }
 
+Tensor mix_experts(const Tensor& x, const ExpertChoices& chosen, int64_t num_experts,
+                   const std::function<Tensor(int64_t, const Tensor&)>& expert) {
+  const int64_t hidden = x.size(1);
+  Tensor out = Tensor::empty(x.shape(), DType::kF32);
+  for (int64_t e = 0; e < num_experts; ++e) {
+    std::vector<int64_t> rows;
+    std::vector<float> weights;
+    for (int64_t t = 0; t < static_cast<int64_t>(chosen.size()); ++t) {
+      for (const auto& [choice, weight] : chosen[t]) {
+        if (choice == e) {
+          rows.push_back(t);
+          weights.push_back(weight);
+        }
+      }
+    }
+    if (rows.empty()) continue;
+    const int64_t count = static_cast<int64_t>(rows.size());
+    Tensor gathered = Tensor::empty({count, hidden}, DType::kF32);
+    for (int64_t r = 0; r < count; ++r)
+      gathered.select(0, r).copy_from(x.select(0, rows[r]));
+    const Tensor y = expert(e, gathered);
+    for (int64_t r = 0; r < count; ++r) {
+      float* dst = out.data<float>() + rows[r] * hidden;
+      const float* src = y.data<float>() + r * hidden;
+      for (int64_t h = 0; h < hidden; ++h)
+        dst[h] += weights[r] * src[h];
+    }
+  }
+  return out;
+}
+
 RmsNorm RmsNorm::load(WeightSource& weights, const std::string& name, int64_t dim, float eps,
                       float weight_offset) {
   return RmsNorm{weights.get(name, {dim}), eps, weight_offset};

@@ -2,6 +2,7 @@
 // paged KV cache.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -70,6 +71,14 @@ class SelfAttention {
   std::vector<float> inverse_frequencies_;
   int64_t rotary_dim_ = 0;
 };
+
+// For each token, the experts routed to and their weights.
+using ExpertChoices = std::vector<std::vector<std::pair<int64_t, float>>>;
+
+// out[t] = Σ weight · expert(e, rows routed to e) over token t's choices, summed in ascending
+// expert order. x: [T, hidden]; expert(e, rows [n, hidden]) returns [n, hidden].
+Tensor mix_experts(const Tensor& x, const ExpertChoices& chosen, int64_t num_experts,
+                   const std::function<Tensor(int64_t, const Tensor&)>& expert);
 
 // [rows, cols] f32 product of x and a weight, through cpu::linear.
 Tensor project(const Tensor& x, const Tensor& weight);
