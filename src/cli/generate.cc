@@ -10,6 +10,7 @@
 #include "cli/cache_flags.h"
 #include "core/error.h"
 #include "engine/generator.h"
+#include "engine/sampling_params.h"
 
 namespace pagoda {
 namespace {
@@ -17,13 +18,10 @@ namespace {
 struct GenerateOptions {
   std::string model_dir;
   std::vector<std::string> prompt_ids;  // each "1,2,3"
-  std::string prompts_file;             // JSONL: [ids] or {"prompt_token_ids": [ids]} per line
-  int64_t max_tokens = 16;
-  double temperature = 0.0;
-  uint64_t seed = 0;
-  int64_t logprobs = 0;
-  std::optional<int64_t> prompt_logprobs;
-  bool ignore_eos = false;
+  std::string prompts_file;  // JSONL: [ids], or {"prompt_token_ids": [ids], sampling fields...}
+  SamplingParams sampling{.temperature = 0.0};  // defaults for every request: greedy
+  std::optional<uint64_t> request_seed;
+  uint64_t seed = 0;  // dummy weights and unseeded requests
   bool json = false;
   std::string device = "cpu";
   std::string load_format = "auto";
@@ -55,31 +53,93 @@ std::vector<int32_t> parse_id_list(const std::string& text) {
   return ids;
 }
 
-std::vector<std::vector<int32_t>> read_prompts_file(const std::string& path) {
+std::vector<int32_t> read_ids(const nlohmann::json& value, const std::string& where) {
+  if (!value.is_array()) fail("{}: expected a list of token ids", where);
+  std::vector<int32_t> ids;
+  for (const auto& id : value) {
+    if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() > INT32_MAX) {
+      fail("{}: {} is not a token id", where, id.dump());
+    }
+    ids.push_back(static_cast<int32_t>(id.get<int64_t>()));
+  }
+  return ids;
+}
+
+// Sampling fields of a request object over the command line's defaults.
+SamplingParams read_sampling(const nlohmann::json& object, SamplingParams params,
+                             const std::string& where) {
+  for (const auto& [key, value] : object.items()) {
+    auto number = [&]() {
+      if (!value.is_number()) fail("{}: '{}' must be a number; got {}", where, key, value.dump());
+      return value.get<double>();
+    };
+    auto integer = [&]() {
+      if (!value.is_number_integer()) {
+        fail("{}: '{}' must be an integer; got {}", where, key, value.dump());
+      }
+      return value.get<int64_t>();
+    };
+    if (key == "prompt_token_ids") continue;
+    if (key == "temperature")
+      params.temperature = number();
+    else if (key == "top_k")
+      params.top_k = integer();
+    else if (key == "top_p")
+      params.top_p = number();
+    else if (key == "min_p")
+      params.min_p = number();
+    else if (key == "seed")
+      params.seed = static_cast<uint64_t>(integer());
+    else if (key == "max_tokens")
+      params.max_tokens = integer();
+    else if (key == "min_tokens")
+      params.min_tokens = integer();
+    else if (key == "presence_penalty")
+      params.presence_penalty = number();
+    else if (key == "frequency_penalty")
+      params.frequency_penalty = number();
+    else if (key == "repetition_penalty")
+      params.repetition_penalty = number();
+    else if (key == "logprobs")
+      params.logprobs = integer();
+    else if (key == "prompt_logprobs")
+      params.prompt_logprobs = integer();
+    else if (key == "stop_token_ids")
+      params.stop_token_ids = read_ids(value, where + " stop_token_ids");
+    else if (key == "ignore_eos") {
+      if (!value.is_boolean()) fail("{}: 'ignore_eos' must be true or false", where);
+      params.ignore_eos = value.get<bool>();
+    } else {
+      fail("{}: unknown request field '{}'", where, key);
+    }
+  }
+  return params;
+}
+
+std::vector<GenerationRequest> read_prompts_file(const std::string& path,
+                                                 const SamplingParams& defaults) {
   std::ifstream file(path);
   if (!file) fail("cannot read prompts file '{}'", path);
-  std::vector<std::vector<int32_t>> prompts;
+  std::vector<GenerationRequest> requests;
   std::string line;
   for (int number = 1; std::getline(file, line); ++number) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    const std::string where = path + ":" + std::to_string(number);
     nlohmann::json value;
     try {
       value = nlohmann::json::parse(line);
     } catch (const nlohmann::json::parse_error&) {
-      fail("{}:{}: not valid JSON", path, number);
+      fail("{}: not valid JSON", where);
     }
-    if (value.is_object() && value.contains("prompt_token_ids")) value = value["prompt_token_ids"];
-    std::vector<int32_t> ids;
-    if (!value.is_array()) fail("{}:{}: expected a list of token ids", path, number);
-    for (const auto& id : value) {
-      if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() > INT32_MAX) {
-        fail("{}:{}: {} is not a token id", path, number, id.dump());
-      }
-      ids.push_back(static_cast<int32_t>(id.get<int64_t>()));
+    if (value.is_object()) {
+      if (!value.contains("prompt_token_ids")) fail("{}: no prompt_token_ids", where);
+      requests.push_back(
+          {read_ids(value["prompt_token_ids"], where), read_sampling(value, defaults, where)});
+    } else {
+      requests.push_back({read_ids(value, where), defaults});
     }
-    prompts.push_back(std::move(ids));
   }
-  return prompts;
+  return requests;
 }
 
 nlohmann::json logprob_list(const std::vector<TokenLogprob>& top) {
@@ -103,7 +163,7 @@ nlohmann::json result_json(const GenerationResult& result, const GenerationReque
   }
   out["token_ids"] = ids;
   out["logprobs"] = logprobs;
-  if (request.prompt_logprobs) {
+  if (request.params.prompt_logprobs) {
     nlohmann::json prompt = nlohmann::json::array();
     for (size_t i = 0; i < result.prompt_logprobs.size(); ++i) {
       const auto& entry = result.prompt_logprobs[i];
@@ -124,28 +184,20 @@ nlohmann::json result_json(const GenerationResult& result, const GenerationReque
 }
 
 void run_generate(const GenerateOptions& options) {
-  if (options.temperature != 0.0) {
-    fail("--temperature {}: only greedy decoding (temperature 0) exists so far",
-         options.temperature);
-  }
-  if (options.device != "cpu")
+  if (options.device != "cpu") {
     fail("--device {}: only the cpu device runs models so far", options.device);
+  }
+  SamplingParams defaults = options.sampling;
+  defaults.seed = options.request_seed;
   std::vector<GenerationRequest> requests;
-  std::vector<std::vector<int32_t>> prompts;
   for (const std::string& text : options.prompt_ids)
-    prompts.push_back(parse_id_list(text));
+    requests.push_back({parse_id_list(text), defaults});
   if (!options.prompts_file.empty()) {
-    for (auto& ids : read_prompts_file(options.prompts_file))
-      prompts.push_back(std::move(ids));
+    for (auto& request : read_prompts_file(options.prompts_file, defaults)) {
+      requests.push_back(std::move(request));
+    }
   }
-  if (prompts.empty()) fail("no prompts: give --prompt-ids or --prompts-file");
-  for (auto& ids : prompts) {
-    requests.push_back({.prompt_token_ids = std::move(ids),
-                        .max_tokens = options.max_tokens,
-                        .logprobs = options.logprobs,
-                        .prompt_logprobs = options.prompt_logprobs,
-                        .ignore_eos = options.ignore_eos});
-  }
+  if (requests.empty()) fail("no prompts: give --prompt-ids or --prompts-file");
 
   const ModelConfig config = load_model_config(options.model_dir);
   // Plan the cache before loading weights, so bad flags fail fast. Without a budget, size the
@@ -155,8 +207,8 @@ void run_generate(const GenerateOptions& options) {
   if (flags.kv_cache_memory.empty() && !flags.num_blocks) {
     int64_t needed = kNullBlocks;
     for (const GenerationRequest& request : requests) {
-      needed += blocks_to_hold(
-          setup.plan, static_cast<int64_t>(request.prompt_token_ids.size()) + request.max_tokens);
+      needed += blocks_to_hold(setup.plan, static_cast<int64_t>(request.prompt_token_ids.size()) +
+                                               request.params.max_tokens);
     }
     flags.num_blocks = std::max(needed, setup.plan.num_blocks);
     setup = plan_cache(config, nullptr, flags);
@@ -173,11 +225,12 @@ void run_generate(const GenerateOptions& options) {
   std::unique_ptr<CausalLm> model = build_causal_lm(config, weights);
   const auto loaded = std::chrono::steady_clock::now();
   const KvCache cache = allocate_kv_cache(setup.plan, Device::cpu());
-  const GeneratorLimits limits{.vocab_size = config.vocab_size,
-                               .max_model_len = setup.plan.max_model_len,
-                               .eos_token_ids = config.eos_token_ids};
+  const GeneratorConfig generator{.vocab_size = config.vocab_size,
+                                  .max_model_len = setup.plan.max_model_len,
+                                  .eos_token_ids = config.eos_token_ids,
+                                  .seed = options.seed};
   const std::vector<GenerationResult> results =
-      generate(*model, setup.plan, cache, limits, requests);
+      generate(*model, setup.plan, cache, generator, requests);
   const auto finished = std::chrono::steady_clock::now();
 
   for (size_t r = 0; r < results.size(); ++r) {
@@ -206,16 +259,32 @@ void add_generate_command(CLI::App& app) {
   command->add_option(
       "--prompts-file", options->prompts_file,
       "JSONL file: one list of token ids (or {\"prompt_token_ids\": [...]}) per line");
-  command->add_option("--max-tokens", options->max_tokens, "Tokens to generate per prompt")
+  SamplingParams& sampling = options->sampling;
+  command->add_option("--max-tokens", sampling.max_tokens, "Tokens to generate per prompt")
       ->capture_default_str();
-  command->add_option("--temperature", options->temperature, "0 for greedy (the only mode yet)")
+  command->add_option("--min-tokens", sampling.min_tokens, "No EOS or stop token before this many")
       ->capture_default_str();
-  command->add_option("--seed", options->seed, "Seed (dummy weights)")->capture_default_str();
-  command->add_option("--logprobs", options->logprobs, "Top log-probabilities per generated token")
+  command->add_option("--temperature", sampling.temperature, "0: greedy")->capture_default_str();
+  command->add_option("--top-k", sampling.top_k, "Keep the k most likely tokens (0: all)")
       ->capture_default_str();
-  command->add_option("--prompt-logprobs", options->prompt_logprobs,
+  command->add_option("--top-p", sampling.top_p, "Keep the most likely tokens up to this mass")
+      ->capture_default_str();
+  command->add_option("--min-p", sampling.min_p, "Drop tokens below this share of the top one")
+      ->capture_default_str();
+  command->add_option("--presence-penalty", sampling.presence_penalty)->capture_default_str();
+  command->add_option("--frequency-penalty", sampling.frequency_penalty)->capture_default_str();
+  command->add_option("--repetition-penalty", sampling.repetition_penalty)->capture_default_str();
+  command->add_option("--stop-token-ids", sampling.stop_token_ids, "Token ids that end a request")
+      ->delimiter(',');
+  command->add_option("--request-seed", options->request_seed,
+                      "Seed every request's sampling (the same tokens in any batch)");
+  command->add_option("--seed", options->seed, "Seed of dummy weights and unseeded requests")
+      ->capture_default_str();
+  command->add_option("--logprobs", sampling.logprobs, "Top log-probabilities per generated token")
+      ->capture_default_str();
+  command->add_option("--prompt-logprobs", sampling.prompt_logprobs,
                       "Log-probabilities of the prompt tokens, with this many top alternatives");
-  command->add_flag("--ignore-eos", options->ignore_eos, "Do not stop at end-of-sequence tokens");
+  command->add_flag("--ignore-eos", sampling.ignore_eos, "Do not stop at end-of-sequence tokens");
   command->add_flag("--json", options->json, "One JSON object per request");
   command->add_option("--device", options->device, "cpu")->capture_default_str();
   command->add_option("--load-format", options->load_format, "auto (safetensors) or dummy")

@@ -1,5 +1,6 @@
 // Runs a batch of requests to completion: one prefill step for every prompt, then batched decode
-// steps. Greedy; the scheduler with preemption and sampling comes with the engine loop.
+// steps, each request sampled with its own parameters. The scheduler with chunked prefill and
+// preemption comes with the engine loop.
 #pragma once
 
 #include <cstdint>
@@ -14,10 +15,7 @@ namespace pagoda {
 
 struct GenerationRequest {
   std::vector<int32_t> prompt_token_ids;
-  int64_t max_tokens = 16;
-  int64_t logprobs = 0;                    // top alternatives per generated token
-  std::optional<int64_t> prompt_logprobs;  // when set: per prompt token, with this many top
-  bool ignore_eos = false;
+  SamplingParams params;
 };
 
 struct PromptLogprob {
@@ -27,22 +25,25 @@ struct PromptLogprob {
 
 struct GenerationResult {
   std::vector<int32_t> prompt_token_ids;
+  // Generated tokens; logprob and top are of the model's raw distribution (before penalties,
+  // temperature and filters), as vLLM reports them.
   std::vector<SampledToken> tokens;
   // One per prompt token; the first is empty (nothing predicts it).
   std::vector<std::optional<PromptLogprob>> prompt_logprobs;
   std::string finish_reason;  // "length" or "stop"
 };
 
-struct GeneratorLimits {
+struct GeneratorConfig {
   int64_t vocab_size = 0;
   int64_t max_model_len = 0;
   std::vector<int64_t> eos_token_ids;
+  uint64_t seed = 0;  // streams of unseeded requests derive from it and the request's index
 };
 
 // Validates every request first (empty prompts, ids outside the vocabulary, lengths over
-// max_model_len, negative counts), throwing Error naming the request and the limit.
+// max_model_len, sampling parameters), throwing Error naming the request and the limit.
 std::vector<GenerationResult> generate(CausalLm& model, const KvCachePlan& plan,
-                                       const KvCache& cache, const GeneratorLimits& limits,
+                                       const KvCache& cache, const GeneratorConfig& config,
                                        const std::vector<GenerationRequest>& requests);
 
 }  // namespace pagoda

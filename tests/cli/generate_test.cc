@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "cli/cli_test_util.h"
 
@@ -69,7 +70,9 @@ TEST(GenerateCliTest, BadInputIsOneLineAndNonZero) {
       {"--prompt-ids 1,,3", "'' is not a token id"},
       {"--prompt-ids 1,999", "token id 999"},
       {"--prompt-ids 1 --max-tokens 1000", "exceeds max_model_len 256"},
-      {"--prompt-ids 1 --temperature 0.7", "only greedy"},
+      {"--prompt-ids 1 --temperature -1", "temperature is -1"},
+      {"--prompt-ids 1 --top-p 2", "top_p is 2"},
+      {"--prompt-ids 1 --stop-token-ids 7,999", "stop token id 999"},
       {"--prompt-ids 1 --device cuda", "only the cpu device"},
       {"--prompt-ids 1 --load-format gguf", "unknown load format 'gguf'"},
       {"", "no prompts"},
@@ -81,6 +84,38 @@ TEST(GenerateCliTest, BadInputIsOneLineAndNonZero) {
     EXPECT_NE(run.err.find(message), std::string::npos) << args << ": " << run.err;
     EXPECT_EQ(std::count(run.err.begin(), run.err.end(), '\n'), 1) << args << ": " << run.err;
   }
+}
+
+TEST(GenerateCliTest, SeededSamplingIgnoresTheBatch) {
+  const std::string path = ::testing::TempDir() + "pagoda_requests_" + std::to_string(::getpid());
+  const std::string seeded =
+      R"({"prompt_token_ids": [3, 1, 4], "temperature": 1.0, "top_p": 0.9, "seed": 5, )"
+      R"("max_tokens": 12, "ignore_eos": true})";
+  const std::string other =
+      R"({"prompt_token_ids": [2, 7, 1, 8, 2, 8], "temperature": 0.8, "max_tokens": 5})";
+  // The tokens of the request whose prompt is [3, 1, 4], wherever it stands in the file.
+  auto seeded_tokens = [&](const std::string& lines) {
+    std::ofstream(path) << lines;
+    const CliRun run = run_generate("--prompts-file " + path + " --json");
+    EXPECT_EQ(run.exit_code, 0) << run.err;
+    std::istringstream results(run.out);
+    std::string line;
+    while (std::getline(results, line)) {
+      const nlohmann::json result = nlohmann::json::parse(line);
+      if (result["prompt_token_ids"] == nlohmann::json{3, 1, 4}) return result["token_ids"];
+    }
+    ADD_FAILURE() << "no result for the seeded request";
+    return nlohmann::json();
+  };
+  const nlohmann::json alone = seeded_tokens(seeded + "\n");
+  EXPECT_EQ(alone.size(), 12u);
+  EXPECT_EQ(seeded_tokens(other + "\n" + seeded + "\n" + other + "\n"), alone);
+  EXPECT_EQ(seeded_tokens(other + "\n" + other + "\n" + seeded + "\n"), alone);
+  std::ofstream(path) << R"({"prompt_token_ids": [1], "temprature": 0.5})"
+                      << "\n";
+  const CliRun typo = run_generate("--prompts-file " + path);
+  EXPECT_NE(typo.err.find("unknown request field 'temprature'"), std::string::npos) << typo.err;
+  std::remove(path.c_str());
 }
 
 TEST(GenerateCliTest, DummyWeightsNeedNoCheckpoint) {

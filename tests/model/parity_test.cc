@@ -40,18 +40,19 @@ std::unique_ptr<Fixture> load_fixture(const std::string& name) {
 
 std::vector<GenerationResult> run(Fixture& fixture,
                                   const std::vector<GenerationRequest>& requests) {
-  const GeneratorLimits limits{.vocab_size = fixture.config.vocab_size,
+  const GeneratorConfig config{.vocab_size = fixture.config.vocab_size,
                                .max_model_len = fixture.cache.plan.max_model_len,
                                .eos_token_ids = fixture.config.eos_token_ids};
-  return generate(*fixture.model, fixture.cache.plan, fixture.memory, limits, requests);
+  return generate(*fixture.model, fixture.cache.plan, fixture.memory, config, requests);
 }
 
 GenerationRequest request_for(const nlohmann::json& prompt) {
   return {.prompt_token_ids = prompt["prompt_token_ids"].get<std::vector<int32_t>>(),
-          .max_tokens = static_cast<int64_t>(prompt["greedy_token_ids"].size()),
-          .logprobs = 5,
-          .prompt_logprobs = 5,
-          .ignore_eos = true};
+          .params = {.temperature = 0.0,
+                     .max_tokens = static_cast<int64_t>(prompt["greedy_token_ids"].size()),
+                     .ignore_eos = true,
+                     .logprobs = 5,
+                     .prompt_logprobs = 5}};
 }
 
 class ParityTest : public ::testing::TestWithParam<const char*> {};
@@ -118,13 +119,21 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, ParityTest,
 
 TEST(GeneratorTest, RejectsBadRequests) {
   auto fixture = load_fixture("llama-tiny");
+  auto greedy = [](std::vector<int32_t> prompt, int64_t max_tokens = 4) {
+    return GenerationRequest{std::move(prompt), {.temperature = 0.0, .max_tokens = max_tokens}};
+  };
+  GenerationRequest negative_logprobs = greedy({1});
+  negative_logprobs.params.logprobs = -1;
+  GenerationRequest bad_top_p = greedy({1});
+  bad_top_p.params.top_p = 2.0;
   const std::vector<std::pair<GenerationRequest, std::string>> cases = {
-      {{.prompt_token_ids = {}}, "empty prompt"},
-      {{.prompt_token_ids = {1, 256}}, "token id 256"},
-      {{.prompt_token_ids = {1, -3}}, "token id -3"},
-      {{.prompt_token_ids = {1}, .max_tokens = 0}, "max_tokens is 0"},
-      {{.prompt_token_ids = {1}, .max_tokens = 300}, "exceeds max_model_len 256"},
-      {{.prompt_token_ids = {1}, .logprobs = -1}, "must not be negative"},
+      {greedy({}), "empty prompt"},
+      {greedy({1, 256}), "token id 256"},
+      {greedy({1, -3}), "token id -3"},
+      {greedy({1}, 0), "max_tokens is 0"},
+      {greedy({1}, 300), "exceeds max_model_len 256"},
+      {negative_logprobs, "must not be negative"},
+      {bad_top_p, "request 0: top_p is 2"},
   };
   for (const auto& [request, message] : cases) {
     try {
@@ -142,7 +151,7 @@ TEST(GeneratorTest, StopsAtEndOfSequence) {
   GenerationRequest request = request_for(fixture->reference["prompts"][3]);
   const GenerationResult full = run(*fixture, {request}).front();
   fixture->config.eos_token_ids = {full.tokens[3].token_id};
-  request.ignore_eos = false;
+  request.params.ignore_eos = false;
   const GenerationResult stopped = run(*fixture, {request}).front();
   size_t first = 0;
   while (full.tokens[first].token_id != full.tokens[3].token_id)

@@ -1,0 +1,32 @@
+// Per-request sampling parameters, with the meaning vLLM gives them.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+namespace pagoda {
+
+struct SamplingParams {
+  double temperature = 1.0;  // 0: greedy
+  int64_t top_k = 0;         // 0 or -1: all tokens
+  double top_p = 1.0;        // keep the smallest most-likely set whose probability reaches top_p
+  double min_p = 0.0;        // drop tokens less likely than min_p × the most likely one
+  std::optional<uint64_t> seed;  // a seeded request samples the same tokens in any batch
+  int64_t max_tokens = 16;
+  int64_t min_tokens = 0;  // EOS and stop tokens are impossible before this many tokens
+  std::vector<int32_t> stop_token_ids;
+  bool ignore_eos = false;
+  double presence_penalty = 0.0;    // subtracted once from every token already generated
+  double frequency_penalty = 0.0;   // subtracted per occurrence in the generated tokens
+  double repetition_penalty = 1.0;  // divides positive / multiplies negative logits of tokens seen
+                                    // in the prompt or the output
+  int64_t logprobs = 0;             // top alternatives reported per generated token
+  std::optional<int64_t> prompt_logprobs;
+
+  bool greedy() const { return temperature == 0.0; }
+  // Throws Error naming the parameter, its value and the allowed range.
+  void validate(int64_t vocab_size) const;
+};
+
+}  // namespace pagoda

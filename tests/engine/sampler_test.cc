@@ -1,0 +1,141 @@
+#include "engine/sampler.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "core/error.h"
+
+namespace pagoda {
+namespace {
+
+// Six tokens with probabilities 0.35, 0.25, 0.15, 0.12, 0.08, 0.05 at temperature 1.
+const std::vector<double> kProbs = {0.35, 0.25, 0.15, 0.12, 0.08, 0.05};
+
+std::vector<float> logits_of(const std::vector<double>& probs) {
+  std::vector<float> logits;
+  for (double p : probs)
+    logits.push_back(static_cast<float>(std::log(p)));
+  return logits;
+}
+
+// Draws `n` tokens and checks the histogram against `expected` (probabilities, zero where a token
+// must never appear) with a chi-square bound at the 0.1% level.
+void expect_distribution(const SamplingParams& params, const std::vector<double>& expected) {
+  const std::vector<float> logits = logits_of(kProbs);
+  constexpr int kDraws = 40000;
+  std::vector<int> counts(kProbs.size(), 0);
+  SamplerRng rng(12345);
+  for (int i = 0; i < kDraws; ++i) {
+    ++counts[sample_token(logits.data(), static_cast<int64_t>(logits.size()), params, rng)];
+  }
+  double chi2 = 0;
+  int cells = 0;
+  for (size_t t = 0; t < expected.size(); ++t) {
+    if (expected[t] == 0) {
+      EXPECT_EQ(counts[t], 0) << "token " << t << " must not be drawn";
+      continue;
+    }
+    const double e = expected[t] * kDraws;
+    chi2 += (counts[t] - e) * (counts[t] - e) / e;
+    ++cells;
+  }
+  // Chi-square critical values at p = 0.001 for 1..5 degrees of freedom.
+  const double critical[] = {0, 10.83, 13.82, 16.27, 18.47, 20.52};
+  EXPECT_LT(chi2, critical[cells - 1]) << "chi-square over " << cells << " cells";
+}
+
+std::vector<double> normalised(std::vector<double> weights) {
+  double total = 0;
+  for (double w : weights)
+    total += w;
+  for (double& w : weights)
+    w /= total;
+  return weights;
+}
+
+TEST(SamplerTest, TemperatureOne) {
+  expect_distribution({.temperature = 1.0}, kProbs);
+}
+
+TEST(SamplerTest, TemperatureSharpens) {
+  std::vector<double> sharper;
+  for (double p : kProbs)
+    sharper.push_back(p * p);  // temperature 0.5 squares probabilities
+  expect_distribution({.temperature = 0.5}, normalised(sharper));
+}
+
+TEST(SamplerTest, TopK) {
+  expect_distribution({.top_k = 3}, normalised({0.35, 0.25, 0.15, 0, 0, 0}));
+}
+
+TEST(SamplerTest, TopP) {
+  // 0.35 + 0.25 = 0.60 < 0.7, so the third token completes the set.
+  expect_distribution({.top_p = 0.7}, normalised({0.35, 0.25, 0.15, 0, 0, 0}));
+}
+
+TEST(SamplerTest, MinP) {
+  // Keep tokens with p >= 0.3 * 0.35 = 0.105.
+  expect_distribution({.min_p = 0.3}, normalised({0.35, 0.25, 0.15, 0.12, 0, 0}));
+}
+
+TEST(SamplerTest, FiltersCompose) {
+  // min-p leaves four tokens, top-k three, top-p of the renormalised three (0.467, 0.333, 0.2) two.
+  expect_distribution({.top_k = 3, .top_p = 0.75, .min_p = 0.3},
+                      normalised({0.35, 0.25, 0, 0, 0, 0}));
+}
+
+TEST(SamplerTest, GreedyAndSeeds) {
+  const std::vector<float> logits = logits_of(kProbs);
+  SamplerRng rng(1);
+  EXPECT_EQ(sample_token(logits.data(), 6, {.temperature = 0.0}, rng), 0);
+  auto draws = [&](uint64_t seed) {
+    SamplerRng stream(seed);
+    std::vector<int32_t> out;
+    for (int i = 0; i < 50; ++i)
+      out.push_back(sample_token(logits.data(), 6, {}, stream));
+    return out;
+  };
+  EXPECT_EQ(draws(7), draws(7));
+  EXPECT_NE(draws(7), draws(8));
+}
+
+TEST(SamplerTest, Penalties) {
+  std::vector<float> logits = {2.0f, -1.0f, 0.5f, 3.0f};
+  // Token 0 in the prompt; tokens 1 (twice) and 3 in the output.
+  apply_penalties(logits.data(), 4, {0}, {1, 3, 1},
+                  {.presence_penalty = 0.5, .frequency_penalty = 0.25, .repetition_penalty = 2.0});
+  EXPECT_FLOAT_EQ(logits[0], 1.0f);                      // 2 / 2, in the prompt only
+  EXPECT_FLOAT_EQ(logits[1], -2.0f - 2 * 0.25f - 0.5f);  // -1 * 2, then two occurrences
+  EXPECT_FLOAT_EQ(logits[2], 0.5f);                      // never seen
+  EXPECT_FLOAT_EQ(logits[3], 1.5f - 0.25f - 0.5f);       // 3 / 2, then one occurrence
+}
+
+TEST(SamplingParamsTest, ValidationNamesTheParameter) {
+  const std::vector<std::pair<SamplingParams, std::string>> cases = {
+      {{.temperature = -0.1}, "temperature"},
+      {{.temperature = NAN}, "temperature is nan"},
+      {{.top_k = -2}, "top_k"},
+      {{.top_p = 0.0}, "top_p"},
+      {{.top_p = 1.5}, "top_p"},
+      {{.min_p = -0.5}, "min_p"},
+      {{.max_tokens = 0}, "max_tokens"},
+      {{.max_tokens = 4, .min_tokens = 5}, "min_tokens"},
+      {{.stop_token_ids = {300}}, "stop token id 300"},
+      {{.presence_penalty = 3.0}, "presence_penalty"},
+      {{.repetition_penalty = 0.0}, "repetition_penalty"},
+      {{.logprobs = -1}, "logprobs"},
+  };
+  for (const auto& [params, name] : cases) {
+    try {
+      params.validate(256);
+      ADD_FAILURE() << "expected an error about " << name;
+    } catch (const Error& error) {
+      EXPECT_NE(std::string(error.what()).find(name), std::string::npos) << error.what();
+    }
+  }
+  EXPECT_NO_THROW(SamplingParams{}.validate(256));
+}
+
+}  // namespace
+}  // namespace pagoda
