@@ -1,10 +1,18 @@
-// The KV block pool: block ids are indices with reference counts and a free queue. Block 0 is the
-// null block: never handed out, it stands for "no block" in block tables.
+// The KV block pool: block ids are indices with reference counts, a free queue and a prefix cache.
+// Block 0 is the null block: never handed out, it stands for "no block" in block tables.
+//
+// Free queue order: a freed block that holds no cached prefix goes to the front and is reused
+// first; a freed cached block goes to the back, so cached blocks are evicted last and in the order
+// they were freed (least recently used first). Allocating a cached free block evicts its entry.
 #pragma once
 
 #include <cstdint>
-#include <deque>
+#include <list>
+#include <optional>
+#include <unordered_map>
 #include <vector>
+
+#include "kv/block_hash.h"
 
 namespace pagoda {
 
@@ -12,20 +20,51 @@ class BlockPool {
  public:
   explicit BlockPool(int64_t num_blocks);
 
-  int64_t num_blocks() const { return static_cast<int64_t>(ref_counts_.size()); }
+  int64_t num_blocks() const { return static_cast<int64_t>(blocks_.size()); }
   int64_t num_free() const { return static_cast<int64_t>(free_queue_.size()); }
+  int64_t num_cached() const { return static_cast<int64_t>(cache_.size()); }
   bool can_allocate(int64_t count) const { return count <= num_free(); }
 
-  // Takes `count` free blocks (oldest freed first), each with one reference. Requires
-  // can_allocate(count).
+  // Takes `count` blocks from the front of the free queue, each with one reference; cached ones
+  // lose their cache entry. Requires can_allocate(count).
   std::vector<int32_t> allocate(int64_t count);
-  // Drops one reference of each block; a block whose count reaches zero becomes free.
+  // Drops one reference of each block, in the given order; a block whose count reaches zero joins
+  // the free queue (front when uncached, back when cached). Free a request's blocks last-first so
+  // its tail is evicted before its shared head.
   void free(const std::vector<int32_t>& blocks);
-  int32_t ref_count(int32_t block) const { return ref_counts_.at(block); }
+  int32_t ref_count(int32_t block) const;
+
+  // The block caching `hash` in KV group `group`, if any (referenced or free).
+  std::optional<int32_t> cached_block(BlockHash hash, int64_t group) const;
+  // Adds a reference to each block (prefix-cache hits); a free one leaves the free queue.
+  void take(const std::vector<int32_t>& blocks);
+  // Records that `block`, now full, holds the prefix `hash` of group `group`. A block already
+  // caching something, or a hash already cached by another block, is left as it is.
+  void cache(int32_t block, BlockHash hash, int64_t group);
 
  private:
-  std::vector<int32_t> ref_counts_;
-  std::deque<int32_t> free_queue_;
+  struct Key {
+    BlockHash hash;
+    int64_t group;
+    bool operator==(const Key&) const = default;
+  };
+  struct KeyHash {
+    size_t operator()(const Key& key) const {
+      return key.hash ^ (key.group * 0x9e3779b97f4a7c15ull);
+    }
+  };
+  struct Block {
+    int32_t ref_count = 0;
+    std::optional<Key> key;                      // set while the block caches a prefix
+    std::list<int32_t>::iterator free_position;  // valid while free
+    bool free = false;
+  };
+
+  void check_block(int32_t block) const;
+
+  std::vector<Block> blocks_;
+  std::list<int32_t> free_queue_;
+  std::unordered_map<Key, int32_t, KeyHash> cache_;
 };
 
 }  // namespace pagoda

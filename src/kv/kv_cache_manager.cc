@@ -43,8 +43,10 @@ bool KvCacheManager::allocate_slots(int64_t id, int64_t num_tokens) {
 void KvCacheManager::free(int64_t id) {
   const auto it = tables_.find(id);
   if (it == tables_.end()) return;
-  for (const std::vector<int32_t>& blocks : it->second)
-    pool_.free(blocks);
+  // Last block first, so a request's tail is evicted before the prefix others may share.
+  for (const std::vector<int32_t>& blocks : it->second) {
+    pool_.free(std::vector<int32_t>(blocks.rbegin(), blocks.rend()));
+  }
   tables_.erase(it);
 }
 

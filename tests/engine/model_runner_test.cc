@@ -23,19 +23,6 @@ class RecordingModel final : public CausalLm {
   ForwardBatch seen;
 };
 
-TEST(BlockPoolTest, AllocatesFreesAndReusesInOrder) {
-  BlockPool pool(5);
-  EXPECT_EQ(pool.num_free(), 4);  // block 0 is the null block
-  const std::vector<int32_t> a = pool.allocate(3);
-  EXPECT_EQ(a, (std::vector<int32_t>{1, 2, 3}));
-  EXPECT_FALSE(pool.can_allocate(2));
-  pool.free({2});
-  pool.free({1});
-  EXPECT_EQ(pool.allocate(3), (std::vector<int32_t>{4, 2, 1}));  // oldest freed first
-  EXPECT_THROW(pool.free({0}), InternalError);
-  EXPECT_THROW(pool.allocate(1), InternalError);
-}
-
 TEST(KvCacheManagerTest, CoversTokensInEveryGroup) {
   // Full head 16 and sliding head 8: the sliding group's blocks hold twice the tokens.
   const ModelConfig model = model_of({full_layer(1, 16), sliding_layer(1, 8, 64)});
