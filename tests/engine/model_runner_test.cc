@@ -23,22 +23,6 @@ class RecordingModel final : public CausalLm {
   ForwardBatch seen;
 };
 
-TEST(KvCacheManagerTest, CoversTokensInEveryGroup) {
-  // Full head 16 and sliding head 8: the sliding group's blocks hold twice the tokens.
-  const ModelConfig model = model_of({full_layer(1, 16), sliding_layer(1, 8, 64)});
-  const KvCachePlan plan = plan_kv_cache(kv_layers(model), {.num_blocks = 10, .max_model_len = 64});
-  KvCacheManager manager(plan);
-  ASSERT_TRUE(manager.allocate_slots(7, 17));
-  EXPECT_EQ(manager.block_ids(7)[0].size(), 2u);  // 17 tokens in blocks of 16
-  EXPECT_EQ(manager.block_ids(7)[1].size(), 1u);  // and of 32
-  EXPECT_EQ(manager.num_free_blocks(), 9 - 3);
-  EXPECT_EQ(manager.blocks_needed(7, 40), 1 + 1);
-  EXPECT_FALSE(manager.allocate_slots(8, 200));  // too many: nothing taken
-  EXPECT_EQ(manager.num_free_blocks(), 6);
-  manager.free(7);
-  EXPECT_EQ(manager.num_free_blocks(), 9);
-}
-
 TEST(ModelRunnerTest, BuildsMetadataWithDecodesFirst) {
   const ModelConfig model = model_of({full_layer(1, 16), sliding_layer(1, 8, 64)});
   const KvCachePlan plan = plan_kv_cache(kv_layers(model), {.num_blocks = 20, .max_model_len = 64});

@@ -1,0 +1,109 @@
+#include "kv/kv_cache_manager.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+#include "kv/kv_test_configs.h"
+
+namespace pagoda {
+namespace {
+
+using namespace pagoda::testing;
+
+std::vector<int32_t> tokens(int count, int32_t first = 10) {
+  std::vector<int32_t> ids;
+  for (int i = 0; i < count; ++i)
+    ids.push_back(first + i);
+  return ids;
+}
+
+KvCachePlan plan_for(const ModelConfig& model, int64_t num_blocks, int64_t max_model_len = 64) {
+  std::vector<KvLayer> layers = build_kv_layers(
+      model, nullptr, {.block_size = 4, .dtype = DType::kF32, .backend = &cpu_attention_backend()});
+  return plan_kv_cache(std::move(layers),
+                       {.num_blocks = num_blocks, .max_model_len = max_model_len});
+}
+
+TEST(KvCacheManagerTest, CoversTokensInEveryGroup) {
+  // Full head 16 and sliding head 8: the sliding group's blocks hold twice the tokens.
+  const ModelConfig model = model_of({full_layer(1, 16), sliding_layer(1, 8, 64)});
+  const KvCachePlan plan = plan_kv_cache(kv_layers(model), {.num_blocks = 10, .max_model_len = 64});
+  KvCacheManager manager(plan);
+  ASSERT_TRUE(manager.allocate_slots(7, 17));
+  EXPECT_EQ(manager.block_ids(7)[0].size(), 2u);  // 17 tokens in blocks of 16
+  EXPECT_EQ(manager.block_ids(7)[1].size(), 1u);  // and of 32
+  EXPECT_EQ(manager.num_free_blocks(), 9 - 3);
+  EXPECT_EQ(manager.blocks_needed(7, 40), 1 + 1);
+  EXPECT_FALSE(manager.allocate_slots(8, 200));  // too many: nothing taken
+  EXPECT_EQ(manager.num_free_blocks(), 6);
+  manager.free(7);
+  EXPECT_EQ(manager.num_free_blocks(), 9);
+}
+
+TEST(KvCacheManagerTest, SharedPrefixReusesBlocks) {
+  const KvCachePlan plan = plan_for(model_of({full_layer(1, 8)}), 20);
+  KvCacheManager manager(plan);
+  const std::vector<int32_t> a = tokens(10);
+  ASSERT_TRUE(manager.allocate_slots(1, 10));
+  manager.cache_full_blocks(1, a, 10, {});
+  // Same first 9 tokens, then different: two full blocks (8 tokens) hit.
+  std::vector<int32_t> b = tokens(12);
+  b[9] = 999;
+  const PrefixHit hit = manager.find_cached_prefix(b, {});
+  EXPECT_EQ(hit.num_tokens, 8);
+  ASSERT_EQ(hit.blocks[0].size(), 2u);
+  EXPECT_EQ(hit.blocks[0][0], manager.block_ids(1)[0][0]);
+  const int64_t free_before = manager.num_free_blocks();
+  manager.adopt_prefix(2, hit);
+  ASSERT_TRUE(manager.allocate_slots(2, 12));
+  EXPECT_EQ(manager.num_free_blocks(), free_before - 1);  // only the third block is new
+  // A hit never covers the last token: exactly A's first 8 tokens hit only 4.
+  EXPECT_EQ(manager.find_cached_prefix(tokens(8), {}).num_tokens, 4);
+  // A salt separates otherwise equal prompts.
+  const std::vector<uint64_t> salt = {7};
+  EXPECT_EQ(manager.find_cached_prefix(b, salt).num_tokens, 0);
+  manager.free(1);
+  manager.free(2);
+  EXPECT_EQ(manager.num_free_blocks(), 19);  // every block back; no leak
+  // Still cached after both requests ended.
+  EXPECT_EQ(manager.find_cached_prefix(b, {}).num_tokens, 8);
+}
+
+TEST(KvCacheManagerTest, SlidingGroupsNeedOnlyTheirWindow) {
+  // Full and sliding (window 5) layers with equal pages, block size 4.
+  const KvCachePlan plan =
+      plan_for(model_of({full_layer(1, 8), sliding_layer(1, 8, 5)}), 12, /*max_model_len=*/16);
+  KvCacheManager manager(plan);
+  const std::vector<int32_t> a = tokens(12);
+  ASSERT_TRUE(manager.allocate_slots(1, 12));
+  manager.cache_full_blocks(1, a, 12, {});
+  const int32_t sliding_block_1 = manager.block_ids(1)[1][1];
+  // The next query (position 12) sees tokens 8..12: sliding blocks 0 and 1 are freed.
+  manager.free_outside_window(1, 12);
+  EXPECT_EQ(manager.block_ids(1)[1][0], 0);
+  EXPECT_EQ(manager.block_ids(1)[1][1], 0);
+  EXPECT_NE(manager.block_ids(1)[1][2], 0);
+  EXPECT_EQ(manager.num_free_blocks(), 5 + 2);
+  // Another request takes six blocks: the five never used, then the freed sliding block 1 (the
+  // freed cached blocks are evicted last, tail first).
+  ASSERT_TRUE(manager.allocate_slots(9, 12));
+  EXPECT_EQ(manager.num_free_blocks(), 1);
+  const auto& taken = manager.block_ids(9);
+  EXPECT_TRUE(std::count(taken[0].begin(), taken[0].end(), sliding_block_1) +
+                  std::count(taken[1].begin(), taken[1].end(), sliding_block_1) ==
+              1);
+  // Full blocks 0..2 and sliding block 2 are still cached: the whole 12-token prefix hits,
+  // although sliding block 1 is gone.
+  std::vector<int32_t> b = a;
+  b.push_back(77);
+  const PrefixHit hit = manager.find_cached_prefix(b, {});
+  EXPECT_EQ(hit.num_tokens, 12);
+  EXPECT_EQ(hit.blocks[1], (std::vector<int32_t>{0, 0, manager.block_ids(1)[1][2]}));
+  manager.free(9);
+  manager.free(1);
+  EXPECT_EQ(manager.num_free_blocks(), 11);
+}
+
+}  // namespace
+}  // namespace pagoda
