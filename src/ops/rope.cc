@@ -20,9 +20,12 @@ std::vector<float> rope_inverse_frequencies(const RopeParams& params) {
     inverse[i] = 1.0f / std::pow(base, exponent);
   }
   if (params.scaling == RopeScaling::kProportional) {
-    const int64_t angles = static_cast<int64_t>(params.partial_rotary_factor * params.head_size / 2);
-    for (int64_t i = angles; i < pairs; ++i) inverse[i] = 0.0f;
-    for (float& f : inverse) f = static_cast<float>(f / params.factor);
+    const int64_t angles =
+        static_cast<int64_t>(params.partial_rotary_factor * params.head_size / 2);
+    for (int64_t i = angles; i < pairs; ++i)
+      inverse[i] = 0.0f;
+    for (float& f : inverse)
+      f = static_cast<float>(f / params.factor);
   } else if (params.scaling == RopeScaling::kLinear) {
     for (float& f : inverse)
       f = static_cast<float>(f / params.factor);

@@ -73,13 +73,14 @@ RopeParams parse_rope_object(const ConfigReader& text, const nlohmann::json& sca
     params.high_freq_factor = number_or(scaling, "high_freq_factor", 4.0);
     params.original_max_position = number_or(scaling, "original_max_position_embeddings", 8192.0);
     if (!(params.high_freq_factor > params.low_freq_factor)) {
-      fail("{}: llama3 rope needs high_freq_factor > low_freq_factor; got {} and {}",
-           text.source(), params.high_freq_factor, params.low_freq_factor);
+      fail("{}: llama3 rope needs high_freq_factor > low_freq_factor; got {} and {}", text.source(),
+           params.high_freq_factor, params.low_freq_factor);
     }
   } else {
-    fail("{}: rope_type '{}' is not supported; pagoda supports default, linear, llama3 and "
-         "proportional",
-         text.source(), type);
+    fail(
+        "{}: rope_type '{}' is not supported; pagoda supports default, linear, llama3 and "
+        "proportional",
+        text.source(), type);
   }
   if (!(params.factor > 0.0)) {
     fail("{}: rope factor is {}; it must be positive", text.source(), params.factor);
