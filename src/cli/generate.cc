@@ -23,6 +23,9 @@ struct GenerateOptions {
   std::optional<uint64_t> request_seed;
   uint64_t seed = 0;  // dummy weights and unseeded requests
   bool json = false;
+  bool stats = false;
+  bool no_prefix_caching = false;
+  SchedulerConfig scheduler;
   std::string device = "cpu";
   std::string load_format = "auto";
   std::string weight_dtype = "auto";
@@ -228,9 +231,13 @@ void run_generate(const GenerateOptions& options) {
   const GeneratorConfig generator{.vocab_size = config.vocab_size,
                                   .max_model_len = setup.plan.max_model_len,
                                   .eos_token_ids = config.eos_token_ids,
-                                  .seed = options.seed};
+                                  .seed = options.seed,
+                                  .scheduler = options.scheduler};
+  GeneratorConfig configured = generator;
+  configured.scheduler.enable_prefix_caching = !options.no_prefix_caching;
+  GenerationStats stats;
   const std::vector<GenerationResult> results =
-      generate(*model, setup.plan, cache, generator, requests);
+      generate(*model, setup.plan, cache, configured, requests, &stats);
   const auto finished = std::chrono::steady_clock::now();
 
   for (size_t r = 0; r < results.size(); ++r) {
@@ -246,6 +253,23 @@ void run_generate(const GenerateOptions& options) {
   const double load_s = std::chrono::duration<double>(loaded - started).count();
   const double run_s = std::chrono::duration<double>(finished - loaded).count();
   fmt::print(stderr, "loaded in {:.2f} s; generated in {:.2f} s\n", load_s, run_s);
+  if (options.stats) {
+    const double hit_rate =
+        stats.prefix_query_tokens == 0
+            ? 0.0
+            : static_cast<double>(stats.prefix_hit_tokens) / stats.prefix_query_tokens;
+    fmt::print(stderr,
+               "requests            {}\n"
+               "prompt tokens       {} (prefix-cache hits: {} of {} looked-up tokens, {:.1f}%)\n"
+               "generated tokens    {}\n"
+               "steps               {} ({:.2f} ms per step)\n"
+               "preemptions         {}\n"
+               "peak KV blocks      {} of {}\n",
+               requests.size(), stats.prompt_tokens, stats.prefix_hit_tokens,
+               stats.prefix_query_tokens, 100.0 * hit_rate, stats.generated_tokens, stats.steps,
+               stats.steps == 0 ? 0.0 : 1000.0 * run_s / stats.steps, stats.preemptions,
+               stats.peak_blocks_used, setup.plan.num_blocks - kNullBlocks);
+  }
 }
 
 }  // namespace
@@ -286,6 +310,17 @@ void add_generate_command(CLI::App& app) {
                       "Log-probabilities of the prompt tokens, with this many top alternatives");
   command->add_flag("--ignore-eos", sampling.ignore_eos, "Do not stop at end-of-sequence tokens");
   command->add_flag("--json", options->json, "One JSON object per request");
+  command->add_flag("--stats", options->stats, "Print a table of batching statistics to stderr");
+  command
+      ->add_option("--max-num-seqs", options->scheduler.max_num_seqs,
+                   "Most requests running at once")
+      ->capture_default_str();
+  command
+      ->add_option("--max-num-batched-tokens", options->scheduler.max_num_batched_tokens,
+                   "Token budget per step (longer prompts are chunked)")
+      ->capture_default_str();
+  command->add_flag("--no-enable-prefix-caching", options->no_prefix_caching,
+                    "Do not reuse cached prompt prefixes");
   command->add_option("--device", options->device, "cpu")->capture_default_str();
   command->add_option("--load-format", options->load_format, "auto (safetensors) or dummy")
       ->capture_default_str();

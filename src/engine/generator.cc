@@ -60,60 +60,90 @@ SampledToken next_token(const float* logits, const float* logprobs, int64_t voca
 
 std::vector<GenerationResult> generate(CausalLm& model, const KvCachePlan& plan,
                                        const KvCache& cache, const GeneratorConfig& config,
-                                       const std::vector<GenerationRequest>& requests) {
+                                       const std::vector<GenerationRequest>& requests,
+                                       GenerationStats* stats) {
   validate(config, requests);
+  for (size_t r = 0; r < requests.size(); ++r) {
+    const int64_t longest =
+        static_cast<int64_t>(requests[r].prompt_token_ids.size()) + requests[r].params.max_tokens;
+    const int64_t needed = blocks_to_hold(plan, longest);
+    if (needed > plan.num_blocks - kNullBlocks) {
+      fail(
+          "request {} may need {} KV blocks for {} tokens; the pool has {}: raise "
+          "--kv-cache-memory or lower max_tokens",
+          r, needed, longest, plan.num_blocks - kNullBlocks);
+    }
+  }
   KvCacheManager blocks(plan);
+  Scheduler scheduler(config.scheduler, blocks);
   ModelRunner runner(model, plan, cache);
+  GenerationStats counters;
   std::vector<GenerationResult> results(requests.size());
+  std::vector<SchedulerRequest> states(requests.size());
   std::vector<SamplerRng> rngs;
-  std::vector<ScheduledSequence> step;
-  std::vector<size_t> step_requests;
   for (size_t r = 0; r < requests.size(); ++r) {
     const GenerationRequest& request = requests[r];
     rngs.emplace_back(request.params.seed.value_or(config.seed * 0x9e3779b97f4a7c15ull + r));
     results[r].prompt_token_ids = request.prompt_token_ids;
-    const int64_t total =
-        static_cast<int64_t>(request.prompt_token_ids.size()) + request.params.max_tokens;
-    // Reserve every block up front so no request can run out mid-way.
-    if (!blocks.allocate_slots(static_cast<int64_t>(r), total)) {
-      fail(
-          "the KV cache has {} free blocks; request {} needs {} more: raise --kv-cache-memory or "
-          "send fewer requests at once",
-          blocks.num_free_blocks(), r, blocks.blocks_needed(static_cast<int64_t>(r), total));
-    }
-    step.push_back({.request_id = static_cast<int64_t>(r),
-                    .new_token_ids = request.prompt_token_ids,
-                    .num_computed_tokens = 0,
-                    .all_logits = request.params.prompt_logprobs.has_value()});
-    step_requests.push_back(r);
+    if (request.params.prompt_logprobs) results[r].prompt_logprobs.assign(1, std::nullopt);
+    states[r] = {.id = static_cast<int64_t>(r),
+                 .tokens = request.prompt_token_ids,
+                 .cacheable = !request.params.prompt_logprobs.has_value()};
+    scheduler.add(&states[r]);
+    counters.prompt_tokens += static_cast<int64_t>(request.prompt_token_ids.size());
   }
 
-  while (!step.empty()) {
+  while (scheduler.has_requests()) {
+    const std::vector<ScheduledChunk> chunks = scheduler.schedule();
+    PAGODA_CHECK(!chunks.empty(), "no request could be scheduled");
+    std::vector<ScheduledSequence> step;
+    for (const ScheduledChunk& chunk : chunks) {
+      const SchedulerRequest& state = *chunk.request;
+      const GenerationRequest& request = requests[state.id];
+      const int64_t prompt = static_cast<int64_t>(request.prompt_token_ids.size());
+      step.push_back(
+          {.request_id = state.id,
+           .new_token_ids =
+               std::vector<int32_t>(state.tokens.begin() + chunk.first,
+                                    state.tokens.begin() + chunk.first + chunk.num_tokens),
+           .num_computed_tokens = chunk.first,
+           .all_logits = request.params.prompt_logprobs.has_value() && chunk.first + 1 < prompt});
+    }
+    counters.peak_blocks_used = std::max(counters.peak_blocks_used,
+                                         plan.num_blocks - kNullBlocks - blocks.num_free_blocks());
     const RunnerOutput output = runner.execute(step, blocks);
+    scheduler.complete(chunks);
+    ++counters.steps;
     const Tensor logprobs = compute_logprobs(output.logits);
     const int64_t vocab = logprobs.size(1);
-    std::vector<ScheduledSequence> next;
-    std::vector<size_t> next_requests;
-    for (size_t i = 0; i < step.size(); ++i) {
-      const size_t r = step_requests[i];
-      const GenerationRequest& request = requests[r];
+    for (size_t i = 0; i < chunks.size(); ++i) {
+      SchedulerRequest& state = *chunks[i].request;
+      const GenerationRequest& request = requests[state.id];
       const SamplingParams& params = request.params;
-      GenerationResult& result = results[r];
-      const int64_t last_row = output.first_row[i] + output.num_rows[i] - 1;
+      GenerationResult& result = results[state.id];
+      const int64_t prompt = static_cast<int64_t>(request.prompt_token_ids.size());
       if (step[i].all_logits) {
-        // Row j predicts prompt token j + 1.
-        result.prompt_logprobs.assign(1, std::nullopt);
-        for (int64_t j = 0; j + 1 < output.num_rows[i]; ++j) {
+        // Row j holds position first + j, which predicts prompt token first + j + 1.
+        for (int64_t j = 0; j < output.num_rows[i]; ++j) {
+          const int64_t predicted = chunks[i].first + j + 1;
+          if (predicted >= prompt ||
+              static_cast<int64_t>(result.prompt_logprobs.size()) != predicted) {
+            continue;  // past the prompt, or recorded before a preemption
+          }
           const float* row = logprobs.data<float>() + (output.first_row[i] + j) * vocab;
-          const int32_t actual = request.prompt_token_ids[j + 1];
           result.prompt_logprobs.push_back(
-              PromptLogprob{row[actual], top_logprobs(row, vocab, *params.prompt_logprobs)});
+              PromptLogprob{row[request.prompt_token_ids[predicted]],
+                            top_logprobs(row, vocab, *params.prompt_logprobs)});
         }
       }
+      if (state.num_computed < static_cast<int64_t>(state.tokens.size())) continue;  // a chunk
+      const int64_t last_row = output.first_row[i] + output.num_rows[i] - 1;
       const SampledToken token = next_token(output.logits.data<float>() + last_row * vocab,
                                             logprobs.data<float>() + last_row * vocab, vocab,
-                                            request, result, config, rngs[r]);
+                                            request, result, config, rngs[state.id]);
       result.tokens.push_back(token);
+      state.tokens.push_back(token.token_id);
+      ++counters.generated_tokens;
       const int64_t generated = static_cast<int64_t>(result.tokens.size());
       if ((!params.ignore_eos && contains(config.eos_token_ids, token.token_id)) ||
           contains(params.stop_token_ids, token.token_id)) {
@@ -121,18 +151,18 @@ std::vector<GenerationResult> generate(CausalLm& model, const KvCachePlan& plan,
       } else if (generated >= params.max_tokens) {
         result.finish_reason = "length";
       } else {
-        next.push_back({.request_id = static_cast<int64_t>(r),
-                        .new_token_ids = {token.token_id},
-                        .num_computed_tokens = step[i].num_computed_tokens +
-                                               static_cast<int64_t>(step[i].new_token_ids.size())});
-        next_requests.push_back(r);
         continue;
       }
-      blocks.free(static_cast<int64_t>(r));
+      scheduler.remove(state.id);
     }
-    step = std::move(next);
-    step_requests = std::move(next_requests);
   }
+  counters.preemptions = scheduler.num_preemptions();
+  counters.prefix_query_tokens = scheduler.prefix_query_tokens();
+  counters.prefix_hit_tokens = scheduler.prefix_hit_tokens();
+  PAGODA_CHECK(blocks.num_free_blocks() == plan.num_blocks - kNullBlocks,
+               "{} KV blocks were not returned",
+               plan.num_blocks - kNullBlocks - blocks.num_free_blocks());
+  if (stats != nullptr) *stats = counters;
   return results;
 }
 

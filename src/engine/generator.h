@@ -1,6 +1,6 @@
-// Runs a batch of requests to completion: one prefill step for every prompt, then batched decode
-// steps, each request sampled with its own parameters. The scheduler with chunked prefill and
-// preemption comes with the engine loop.
+// Runs a list of requests to completion with continuous batching (engine/scheduler.h): chunked
+// prefill within a token budget, prefix-cache hits, preemption when blocks run out; each request
+// sampled with its own parameters.
 #pragma once
 
 #include <cstdint>
@@ -10,6 +10,7 @@
 
 #include "engine/model_runner.h"
 #include "engine/sampler.h"
+#include "engine/scheduler.h"
 
 namespace pagoda {
 
@@ -38,12 +39,24 @@ struct GeneratorConfig {
   int64_t max_model_len = 0;
   std::vector<int64_t> eos_token_ids;
   uint64_t seed = 0;  // streams of unseeded requests derive from it and the request's index
+  SchedulerConfig scheduler;
+};
+
+struct GenerationStats {
+  int64_t steps = 0;
+  int64_t prompt_tokens = 0;
+  int64_t prefix_query_tokens = 0;  // tokens looked up in the prefix cache
+  int64_t prefix_hit_tokens = 0;    // and found there
+  int64_t generated_tokens = 0;
+  int64_t preemptions = 0;
+  int64_t peak_blocks_used = 0;
 };
 
 // Validates every request first (empty prompts, ids outside the vocabulary, lengths over
 // max_model_len, sampling parameters), throwing Error naming the request and the limit.
 std::vector<GenerationResult> generate(CausalLm& model, const KvCachePlan& plan,
                                        const KvCache& cache, const GeneratorConfig& config,
-                                       const std::vector<GenerationRequest>& requests);
+                                       const std::vector<GenerationRequest>& requests,
+                                       GenerationStats* stats = nullptr);
 
 }  // namespace pagoda

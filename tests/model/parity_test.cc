@@ -7,6 +7,7 @@
 
 #include "engine/cache_setup.h"
 #include "engine/generator.h"
+#include "engine/scheduler.h"
 
 namespace pagoda {
 namespace {
@@ -38,12 +39,14 @@ std::unique_ptr<Fixture> load_fixture(const std::string& name) {
   return fixture;
 }
 
-std::vector<GenerationResult> run(Fixture& fixture,
-                                  const std::vector<GenerationRequest>& requests) {
+std::vector<GenerationResult> run(Fixture& fixture, const std::vector<GenerationRequest>& requests,
+                                  const SchedulerConfig& scheduler = {},
+                                  GenerationStats* stats = nullptr) {
   const GeneratorConfig config{.vocab_size = fixture.config.vocab_size,
                                .max_model_len = fixture.cache.plan.max_model_len,
-                               .eos_token_ids = fixture.config.eos_token_ids};
-  return generate(*fixture.model, fixture.cache.plan, fixture.memory, config, requests);
+                               .eos_token_ids = fixture.config.eos_token_ids,
+                               .scheduler = scheduler};
+  return generate(*fixture.model, fixture.cache.plan, fixture.memory, config, requests, stats);
 }
 
 GenerationRequest request_for(const nlohmann::json& prompt) {
@@ -116,6 +119,79 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, ParityTest,
                            }
                            return name;
                          });
+
+std::vector<int32_t> token_ids(const GenerationResult& result) {
+  std::vector<int32_t> ids;
+  for (const SampledToken& token : result.tokens)
+    ids.push_back(token.token_id);
+  return ids;
+}
+
+// Chunked prefill under a tiny token budget, a sequence limit, preemption in a pool too small for
+// the batch, and prefix-cache hits: none of them changes a greedy token. generate() itself checks
+// that every block is back in the pool afterwards.
+TEST(GeneratorTest, ContinuousBatchingChangesNoToken) {
+  auto fixture = load_fixture("gemma4-tiny");  // sliding and full groups, KV-shared layers
+  std::vector<GenerationRequest> requests;
+  std::vector<std::vector<int32_t>> expected;
+  for (const nlohmann::json& prompt : fixture->reference["prompts"]) {
+    GenerationRequest request = request_for(prompt);
+    request.params.prompt_logprobs.reset();
+    request.params.logprobs = 0;
+    requests.push_back(request);
+    expected.push_back(prompt["greedy_token_ids"].get<std::vector<int32_t>>());
+  }
+  // A second copy of every prompt, so prefixes repeat.
+  const size_t originals = requests.size();
+  for (size_t r = 0; r < originals; ++r) {
+    requests.push_back(requests[r]);
+    expected.push_back(expected[r]);
+  }
+  struct Case {
+    const char* label;
+    SchedulerConfig scheduler;
+    int64_t num_blocks;
+  };
+  const Case cases[] = {
+      {"four sequences at a time", {.max_num_seqs = 4}, 200},
+      {"chunks of 5 tokens, 2 sequences", {.max_num_seqs = 2, .max_num_batched_tokens = 5}, 200},
+      {"no prefix caching", {.enable_prefix_caching = false}, 200},
+      {"a pool too small for the batch", {.max_num_batched_tokens = 16}, 40},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.label);
+    CacheFlags flags;
+    flags.num_blocks = c.num_blocks;
+    flags.block_size = 4;
+    flags.max_model_len = 64;
+    fixture->cache = plan_cache(fixture->config, nullptr, flags);
+    fixture->memory = allocate_kv_cache(fixture->cache.plan, Device::cpu());
+    GenerationStats stats;
+    const std::vector<GenerationResult> results = run(*fixture, requests, c.scheduler, &stats);
+    for (size_t r = 0; r < requests.size(); ++r) {
+      EXPECT_EQ(token_ids(results[r]), expected[r]) << "request " << r;
+    }
+    if (c.num_blocks == 40) EXPECT_GT(stats.preemptions, 0);
+    if (c.scheduler.enable_prefix_caching && c.num_blocks == 200) {
+      EXPECT_GT(stats.prefix_hit_tokens, 0);  // the copies hit the cache
+    } else if (!c.scheduler.enable_prefix_caching) {
+      EXPECT_EQ(stats.prefix_hit_tokens, 0);
+    }
+  }
+}
+
+TEST(GeneratorTest, ChunkedPrefillKeepsPromptLogprobs) {
+  auto fixture = load_fixture("qwen3-tiny");
+  const nlohmann::json& prompt = fixture->reference["prompts"][3];  // 40 tokens
+  const std::vector<GenerationResult> chunked =
+      run(*fixture, {request_for(prompt)}, {.max_num_batched_tokens = 7});
+  const nlohmann::json& expected = prompt["prompt_logprobs"];
+  ASSERT_EQ(chunked[0].prompt_logprobs.size(), expected.size());
+  for (size_t i = 1; i < expected.size(); ++i) {
+    EXPECT_NEAR(chunked[0].prompt_logprobs[i]->logprob, expected[i].get<double>(), 1e-4) << i;
+  }
+  EXPECT_EQ(token_ids(chunked[0]), prompt["greedy_token_ids"].get<std::vector<int32_t>>());
+}
 
 TEST(GeneratorTest, RejectsBadRequests) {
   auto fixture = load_fixture("llama-tiny");

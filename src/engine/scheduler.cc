@@ -1,0 +1,105 @@
+#include "engine/scheduler.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace pagoda {
+
+Scheduler::Scheduler(const SchedulerConfig& config, KvCacheManager& blocks)
+    : config_(config), blocks_(blocks) {
+  if (config.max_num_seqs < 1)
+    fail("max_num_seqs is {}; it must be at least 1", config.max_num_seqs);
+  if (config.max_num_batched_tokens < 1) {
+    fail("max_num_batched_tokens is {}; it must be at least 1", config.max_num_batched_tokens);
+  }
+}
+
+void Scheduler::add(SchedulerRequest* request) {
+  waiting_.push_back(request);
+}
+
+void Scheduler::remove(int64_t id) {
+  auto matches = [id](const SchedulerRequest* r) { return r->id == id; };
+  running_.erase(std::remove_if(running_.begin(), running_.end(), matches), running_.end());
+  waiting_.erase(std::remove_if(waiting_.begin(), waiting_.end(), matches), waiting_.end());
+  blocks_.free(id);
+}
+
+void Scheduler::preempt(SchedulerRequest* request) {
+  blocks_.free(request->id);
+  request->num_computed = 0;
+  waiting_.push_front(request);
+  ++preemptions_;
+}
+
+std::vector<ScheduledChunk> Scheduler::schedule() {
+  std::vector<ScheduledChunk> chunks;
+  int64_t budget = config_.max_num_batched_tokens;
+  bool preempted = false;
+  // Running requests, oldest first; the newest are preempted when blocks run out.
+  for (size_t i = 0; i < running_.size() && budget > 0;) {
+    SchedulerRequest* request = running_[i];
+    const int64_t count = std::min<int64_t>(
+        static_cast<int64_t>(request->tokens.size()) - request->num_computed, budget);
+    bool scheduled = true;
+    while (!blocks_.allocate_slots(request->id, request->num_computed + count)) {
+      SchedulerRequest* victim = running_.back();
+      running_.pop_back();
+      preempt(victim);
+      preempted = true;
+      if (victim == request) {
+        scheduled = false;
+        break;
+      }
+    }
+    if (!scheduled) break;
+    chunks.push_back({request, request->num_computed, count});
+    budget -= count;
+    ++i;
+  }
+  // Waiting requests in arrival order (preempted ones first), unless this step preempted.
+  while (!preempted && !waiting_.empty() && budget > 0 &&
+         static_cast<int64_t>(running_.size()) < config_.max_num_seqs) {
+    SchedulerRequest* request = waiting_.front();
+    bool adopted = false;
+    if (config_.enable_prefix_caching && request->cacheable && request->num_computed == 0) {
+      const PrefixHit hit = blocks_.find_cached_prefix(request->tokens, request->extra_keys);
+      query_tokens_ += static_cast<int64_t>(request->tokens.size());
+      hit_tokens_ += hit.num_tokens;
+      if (hit.num_tokens > 0) {
+        blocks_.adopt_prefix(request->id, hit);
+        request->num_computed = hit.num_tokens;
+        adopted = true;
+      }
+    }
+    const int64_t count = std::min<int64_t>(
+        static_cast<int64_t>(request->tokens.size()) - request->num_computed, budget);
+    if (!blocks_.allocate_slots(request->id, request->num_computed + count)) {
+      if (adopted) {
+        blocks_.free(request->id);
+        request->num_computed = 0;
+      }
+      break;
+    }
+    waiting_.pop_front();
+    running_.push_back(request);
+    chunks.push_back({request, request->num_computed, count});
+    budget -= count;
+  }
+  return chunks;
+}
+
+void Scheduler::complete(const std::vector<ScheduledChunk>& chunks) {
+  for (const ScheduledChunk& chunk : chunks) {
+    SchedulerRequest& request = *chunk.request;
+    request.num_computed = chunk.first + chunk.num_tokens;
+    if (config_.enable_prefix_caching) {
+      blocks_.cache_full_blocks(request.id, request.tokens, request.num_computed,
+                                request.extra_keys);
+    }
+    blocks_.free_outside_window(request.id, request.num_computed);
+  }
+}
+
+}  // namespace pagoda

@@ -1,0 +1,69 @@
+// Continuous batching over the block manager: every step, running requests first (in arrival
+// order), then waiting ones, within a token budget and a sequence limit; prompts are chunked to
+// fit the budget; prefix-cache hits skip computed tokens; when blocks run out the newest running
+// request is preempted (its blocks freed, to be recomputed later). Integers only.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <vector>
+
+#include "kv/kv_cache_manager.h"
+
+namespace pagoda {
+
+struct SchedulerConfig {
+  int64_t max_num_seqs = 256;
+  int64_t max_num_batched_tokens = 8192;
+  bool enable_prefix_caching = true;
+};
+
+// What the scheduler knows of a request. Owned by the caller; the scheduler keeps pointers.
+struct SchedulerRequest {
+  int64_t id = 0;
+  std::vector<int32_t> tokens;  // the prompt, then every token generated so far
+  int64_t num_computed = 0;     // tokens whose K/V are in the cache
+  bool cacheable = true;        // false: never start from a prefix hit (prompt logprobs wanted)
+  std::vector<uint64_t> extra_keys;  // prefix-cache salt
+};
+
+struct ScheduledChunk {
+  SchedulerRequest* request = nullptr;
+  int64_t first = 0;  // the first token computed this step (== num_computed before it)
+  int64_t num_tokens = 0;
+};
+
+class Scheduler {
+ public:
+  Scheduler(const SchedulerConfig& config, KvCacheManager& blocks);
+
+  void add(SchedulerRequest* request);
+  // Drops a finished or aborted request wherever it is and frees its blocks.
+  void remove(int64_t id);
+  // This step's work; blocks for it are reserved. Empty only when nothing can run.
+  std::vector<ScheduledChunk> schedule();
+  // After the forward pass: advances the chunks' requests, records their full blocks in the
+  // prefix cache and frees sliding blocks out of reach.
+  void complete(const std::vector<ScheduledChunk>& chunks);
+
+  bool has_requests() const { return !waiting_.empty() || !running_.empty(); }
+  int64_t num_running() const { return static_cast<int64_t>(running_.size()); }
+  int64_t num_waiting() const { return static_cast<int64_t>(waiting_.size()); }
+  int64_t num_preemptions() const { return preemptions_; }
+  // Prefix-cache lookups, in tokens: looked up and found.
+  int64_t prefix_query_tokens() const { return query_tokens_; }
+  int64_t prefix_hit_tokens() const { return hit_tokens_; }
+
+ private:
+  void preempt(SchedulerRequest* request);
+
+  SchedulerConfig config_;
+  KvCacheManager& blocks_;
+  std::deque<SchedulerRequest*> waiting_;
+  std::vector<SchedulerRequest*> running_;
+  int64_t preemptions_ = 0;
+  int64_t query_tokens_ = 0;
+  int64_t hit_tokens_ = 0;
+};
+
+}  // namespace pagoda
