@@ -54,6 +54,7 @@ void KvCacheManager::free(int64_t id) {
     pool_.free(held);
   }
   tables_.erase(it);
+  hashes_.erase(id);
 }
 
 PrefixHit KvCacheManager::find_cached_prefix(std::span<const int32_t> tokens,
@@ -139,12 +140,16 @@ void KvCacheManager::adopt_prefix(int64_t id, const PrefixHit& hit) {
 void KvCacheManager::cache_full_blocks(int64_t id, std::span<const int32_t> tokens,
                                        int64_t num_computed, std::span<const uint64_t> extra_keys) {
   auto& tables = tables_.at(id);
+  auto& hashes = hashes_[id];
+  hashes.resize(plan_.groups.size());
   for (size_t g = 0; g < plan_.groups.size(); ++g) {
     const int64_t block_size = plan_.groups[g].spec.page.block_size;
-    const std::vector<BlockHash> hashes =
-        hash_full_blocks(tokens.first(num_computed), block_size, extra_keys);
-    for (size_t b = 0; b < hashes.size() && b < tables[g].size(); ++b) {
-      if (tables[g][b] != 0) pool_.cache(tables[g][b], hashes[b], static_cast<int64_t>(g));
+    std::vector<BlockHash>& chain = hashes[g];
+    const int64_t full = std::min<int64_t>(num_computed / block_size, tables[g].size());
+    for (int64_t b = static_cast<int64_t>(chain.size()); b < full; ++b) {
+      const BlockHash parent = b == 0 ? kRootBlockHash : chain[b - 1];
+      chain.push_back(hash_block(parent, tokens.subspan(b * block_size, block_size), extra_keys));
+      if (tables[g][b] != 0) pool_.cache(tables[g][b], chain[b], static_cast<int64_t>(g));
     }
   }
 }

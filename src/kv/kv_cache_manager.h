@@ -57,6 +57,9 @@ class KvCacheManager {
   const KvCachePlan& plan_;
   BlockPool pool_;
   std::map<int64_t, std::vector<std::vector<int32_t>>> tables_;
+  // Per request and group: the chained hashes of the full blocks recorded so far, so each step
+  // hashes only its new blocks.
+  std::map<int64_t, std::vector<std::vector<BlockHash>>> hashes_;
 };
 
 }  // namespace pagoda

@@ -171,7 +171,9 @@ TEST(GeneratorTest, ContinuousBatchingChangesNoToken) {
     for (size_t r = 0; r < requests.size(); ++r) {
       EXPECT_EQ(token_ids(results[r]), expected[r]) << "request " << r;
     }
-    if (c.num_blocks == 40) EXPECT_GT(stats.preemptions, 0);
+    if (c.num_blocks == 40) {
+      EXPECT_GT(stats.preemptions, 0);
+    }
     if (c.scheduler.enable_prefix_caching && c.num_blocks == 200) {
       EXPECT_GT(stats.prefix_hit_tokens, 0);  // the copies hit the cache
     } else if (!c.scheduler.enable_prefix_caching) {

@@ -1,0 +1,115 @@
+// Host-side cost of one decode step for 256 running requests of mixed lengths: scheduling, block
+// allocation, prefix-cache bookkeeping and metadata building. No model runs. Prints a table.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <random>
+
+#include "attention/cpu/cpu_backend.h"
+#include "engine/model_runner.h"
+#include "engine/scheduler.h"
+#include "kv/kv_cache_manager.h"
+
+namespace pagoda {
+namespace {
+
+// A model that only records the batch, so the step is host work alone.
+class NoModel final : public CausalLm {
+ public:
+  Tensor forward(const ForwardBatch& batch) override { return Tensor(); }
+  Tensor compute_logits(const Tensor& hidden) override { return Tensor(); }
+};
+
+LayerAttentionConfig layer(AttentionKind kind, int64_t index) {
+  return {.name = "model.layers." + std::to_string(index) + ".self_attn",
+          .kind = kind,
+          .sliding_window = kind == AttentionKind::kSliding ? 512 : 0,
+          .num_q_heads = 8,
+          .num_kv_heads = 1,
+          .head_size_k = 8,
+          .head_size_v = 8};
+}
+
+void run() {
+  constexpr int kRequests = 256;
+  constexpr int kSteps = 200;
+  // A hybrid model: 4 sliding layers and 2 full ones.
+  ModelConfig model;
+  model.source = "bench";
+  model.max_position_embeddings = 8192;
+  for (int i = 0; i < 6; ++i) {
+    model.layers.push_back(layer(i % 3 == 2 ? AttentionKind::kFull : AttentionKind::kSliding, i));
+  }
+  const KvCachePlan plan = plan_kv_cache(
+      build_kv_layers(
+          model, nullptr,
+          {.block_size = 16, .dtype = DType::kBF16, .backend = &cpu_attention_backend()}),
+      {.num_blocks = 200000, .max_model_len = 8192});
+  const KvCache cache = allocate_kv_cache(plan, Device::cpu());
+  KvCacheManager blocks(plan);
+  Scheduler scheduler({.max_num_seqs = kRequests, .max_num_batched_tokens = 8192}, blocks);
+  NoModel no_model;
+  ModelRunner runner(no_model, plan, cache);
+
+  std::mt19937 rng(1);
+  std::vector<SchedulerRequest> requests(kRequests);
+  for (int r = 0; r < kRequests; ++r) {
+    const int length = std::uniform_int_distribution<int>(100, 4000)(rng);
+    requests[r].id = r;
+    for (int t = 0; t < length; ++t)
+      requests[r].tokens.push_back(static_cast<int32_t>(rng() % 32000));
+    requests[r].num_computed = 0;
+    scheduler.add(&requests[r]);
+  }
+  // Prefill everything (chunked by the budget) before timing decode steps.
+  while (true) {
+    const std::vector<ScheduledChunk> chunks = scheduler.schedule();
+    scheduler.complete(chunks);
+    bool all_decoding = true;
+    for (const SchedulerRequest& r : requests) {
+      all_decoding = all_decoding && r.num_computed == static_cast<int64_t>(r.tokens.size());
+    }
+    if (all_decoding) break;
+  }
+  std::vector<double> micros;
+  for (int step = 0; step < kSteps; ++step) {
+    for (SchedulerRequest& r : requests)
+      r.tokens.push_back(static_cast<int32_t>(rng() % 32000));
+    const auto start = std::chrono::steady_clock::now();
+    const std::vector<ScheduledChunk> chunks = scheduler.schedule();
+    std::vector<ScheduledSequence> sequences;
+    sequences.reserve(chunks.size());
+    for (const ScheduledChunk& chunk : chunks) {
+      sequences.push_back({.request_id = chunk.request->id,
+                           .new_token_ids = {chunk.request->tokens.back()},
+                           .num_computed_tokens = chunk.first});
+    }
+    std::vector<const ScheduledSequence*> ordered;
+    for (const ScheduledSequence& s : sequences)
+      ordered.push_back(&s);
+    const ForwardBatch batch = runner.prepare(ordered, blocks);
+    scheduler.complete(chunks);
+    const auto end = std::chrono::steady_clock::now();
+    micros.push_back(std::chrono::duration<double, std::micro>(end - start).count());
+    if (static_cast<int64_t>(batch.token_ids.size()) != kRequests) {
+      fmt::print("step {} scheduled {} requests\n", step, batch.token_ids.size());
+    }
+  }
+  std::sort(micros.begin(), micros.end());
+  double total = 0;
+  for (double m : micros)
+    total += m;
+  fmt::print(
+      "| requests | groups | steps | mean us/step | p50 | p99 |\n|---|---|---|---|---|---|\n");
+  fmt::print("| {} | {} | {} | {:.1f} | {:.1f} | {:.1f} |\n", kRequests, plan.groups.size(), kSteps,
+             total / micros.size(), micros[micros.size() / 2], micros[micros.size() * 99 / 100]);
+}
+
+}  // namespace
+}  // namespace pagoda
+
+int main() {
+  pagoda::run();
+  return 0;
+}
