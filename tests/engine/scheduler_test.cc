@@ -1,0 +1,115 @@
+#include "engine/scheduler.h"
+
+#include <gtest/gtest.h>
+
+#include "kv/kv_test_configs.h"
+
+namespace pagoda {
+namespace {
+
+using namespace pagoda::testing;
+
+KvCachePlan small_plan(int64_t num_blocks, int64_t max_model_len = 64) {
+  std::vector<KvLayer> layers =
+      build_kv_layers(model_of({full_layer(1, 8), sliding_layer(1, 8, 8)}), nullptr,
+                      {.block_size = 4, .dtype = DType::kF32, .backend = &cpu_attention_backend()});
+  return plan_kv_cache(std::move(layers),
+                       {.num_blocks = num_blocks, .max_model_len = max_model_len});
+}
+
+SchedulerRequest request(int64_t id, int length) {
+  SchedulerRequest r{.id = id};
+  for (int t = 0; t < length; ++t)
+    r.tokens.push_back(static_cast<int32_t>(id * 1000 + t));
+  return r;
+}
+
+TEST(SchedulerTest, BudgetSplitsPromptsIntoChunks) {
+  const KvCachePlan plan = small_plan(100);
+  KvCacheManager blocks(plan);
+  Scheduler scheduler({.max_num_seqs = 8, .max_num_batched_tokens = 10}, blocks);
+  SchedulerRequest a = request(1, 7);
+  SchedulerRequest b = request(2, 9);
+  scheduler.add(&a);
+  scheduler.add(&b);
+  std::vector<ScheduledChunk> step = scheduler.schedule();
+  ASSERT_EQ(step.size(), 2u);
+  EXPECT_EQ(step[0].num_tokens, 7);
+  EXPECT_EQ(step[1].num_tokens, 3);  // the budget's remainder
+  scheduler.complete(step);
+  EXPECT_EQ(b.num_computed, 3);
+  // a decodes (one token after it is sampled); b continues its prompt.
+  a.tokens.push_back(5);
+  step = scheduler.schedule();
+  ASSERT_EQ(step.size(), 2u);
+  EXPECT_EQ(step[0].request, &a);
+  EXPECT_EQ(step[0].num_tokens, 1);
+  EXPECT_EQ(step[1].first, 3);
+  EXPECT_EQ(step[1].num_tokens, 6);
+  scheduler.complete(step);
+  scheduler.remove(1);
+  scheduler.remove(2);
+  EXPECT_EQ(blocks.num_free_blocks(), 99);
+}
+
+TEST(SchedulerTest, MaxNumSeqsKeepsTheRestWaiting) {
+  const KvCachePlan plan = small_plan(100);
+  KvCacheManager blocks(plan);
+  Scheduler scheduler({.max_num_seqs = 2}, blocks);
+  std::vector<SchedulerRequest> requests;
+  for (int i = 0; i < 3; ++i)
+    requests.push_back(request(i, 5));
+  for (SchedulerRequest& r : requests)
+    scheduler.add(&r);
+  const std::vector<ScheduledChunk> step = scheduler.schedule();
+  EXPECT_EQ(step.size(), 2u);
+  EXPECT_EQ(scheduler.num_running(), 2);
+  EXPECT_EQ(scheduler.num_waiting(), 1);
+  for (SchedulerRequest& r : requests)
+    scheduler.remove(r.id);
+  EXPECT_EQ(blocks.num_free_blocks(), 99);
+}
+
+TEST(SchedulerTest, PreemptsTheNewestWhenBlocksRunOut) {
+  // 12 usable blocks; each request takes a full and a sliding block per 4 tokens.
+  const KvCachePlan plan = small_plan(13, /*max_model_len=*/16);
+  KvCacheManager blocks(plan);
+  Scheduler scheduler({}, blocks);
+  SchedulerRequest a = request(1, 8);  // 4 blocks
+  SchedulerRequest b = request(2, 8);  // 4 blocks
+  scheduler.add(&a);
+  scheduler.add(&b);
+  scheduler.complete(scheduler.schedule());
+  EXPECT_EQ(blocks.num_free_blocks(), 4);
+  // a grows to 17 tokens: 10 blocks, more than are free; b, the newest, is preempted.
+  for (int t = 0; t < 9; ++t)
+    a.tokens.push_back(t);
+  const std::vector<ScheduledChunk> step = scheduler.schedule();
+  ASSERT_EQ(step.size(), 1u);
+  EXPECT_EQ(step[0].request, &a);
+  EXPECT_EQ(scheduler.num_preemptions(), 1);
+  EXPECT_EQ(b.num_computed, 0);
+  EXPECT_EQ(scheduler.num_waiting(), 1);
+  scheduler.complete(step);
+  scheduler.remove(1);
+  scheduler.remove(2);
+  EXPECT_EQ(blocks.num_free_blocks(), 12);
+}
+
+TEST(SchedulerTest, AbortAtEveryStageFreesBlocks) {
+  const KvCachePlan plan = small_plan(100);
+  for (int stage = 0; stage < 3; ++stage) {
+    KvCacheManager blocks(plan);
+    Scheduler scheduler({.max_num_batched_tokens = 4}, blocks);
+    SchedulerRequest r = request(1, 10);
+    scheduler.add(&r);
+    if (stage >= 1) scheduler.complete(scheduler.schedule());  // mid-prefill
+    if (stage >= 2) scheduler.complete(scheduler.schedule());
+    scheduler.remove(1);
+    EXPECT_FALSE(scheduler.has_requests()) << "stage " << stage;
+    EXPECT_EQ(blocks.num_free_blocks(), 99) << "stage " << stage;
+  }
+}
+
+}  // namespace
+}  // namespace pagoda
