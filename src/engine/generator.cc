@@ -8,26 +8,27 @@
 namespace pagoda {
 namespace {
 
-void validate(const GeneratorConfig& config, const std::vector<GenerationRequest>& requests) {
-  for (size_t r = 0; r < requests.size(); ++r) {
-    const GenerationRequest& request = requests[r];
-    const int64_t prompt = static_cast<int64_t>(request.prompt_token_ids.size());
-    if (prompt == 0) fail("request {} has an empty prompt", r);
-    for (int32_t id : request.prompt_token_ids) {
-      if (id < 0 || id >= config.vocab_size) {
-        fail("request {} has token id {}; the vocabulary has ids 0..{}", r, id,
-             config.vocab_size - 1);
-      }
+void validate(const GeneratorConfig& config, const KvCachePlan& plan,
+              const GenerationRequest& request) {
+  const int64_t prompt = static_cast<int64_t>(request.prompt_token_ids.size());
+  if (prompt == 0) fail("empty prompt");
+  for (int32_t id : request.prompt_token_ids) {
+    if (id < 0 || id >= config.vocab_size) {
+      fail("token id {}; the vocabulary has ids 0..{}", id, config.vocab_size - 1);
     }
-    try {
-      request.params.validate(config.vocab_size);
-    } catch (const Error& error) {
-      fail("request {}: {}", r, error.what());
-    }
-    if (prompt + request.params.max_tokens > config.max_model_len) {
-      fail("request {}: prompt of {} tokens plus max_tokens {} exceeds max_model_len {}", r, prompt,
-           request.params.max_tokens, config.max_model_len);
-    }
+  }
+  request.params.validate(config.vocab_size);
+  const int64_t longest = prompt + request.params.max_tokens;
+  if (longest > config.max_model_len) {
+    fail("prompt of {} tokens plus max_tokens {} exceeds max_model_len {}", prompt,
+         request.params.max_tokens, config.max_model_len);
+  }
+  const int64_t needed = blocks_to_hold(plan, longest);
+  if (needed > plan.num_blocks - kNullBlocks) {
+    fail(
+        "it may need {} KV blocks for {} tokens; the pool has {}: raise --kv-cache-memory or "
+        "lower max_tokens",
+        needed, longest, plan.num_blocks - kNullBlocks);
   }
 }
 
@@ -58,111 +59,149 @@ SampledToken next_token(const float* logits, const float* logprobs, int64_t voca
 
 }  // namespace
 
+Engine::Engine(CausalLm& model, const KvCachePlan& plan, const KvCache& cache,
+               const GeneratorConfig& config)
+    : plan_(plan),
+      config_(config),
+      blocks_(plan),
+      scheduler_(config.scheduler, blocks_),
+      runner_(model, plan, cache) {}
+
+int64_t Engine::add_request(GenerationRequest request) {
+  validate(config_, plan_, request);
+  const int64_t id = next_id_++;
+  Entry& entry = entries_[id];
+  entry.rng = SamplerRng(request.params.seed.value_or(config_.seed * 0x9e3779b97f4a7c15ull + id));
+  entry.result.prompt_token_ids = request.prompt_token_ids;
+  if (request.params.prompt_logprobs) entry.result.prompt_logprobs.assign(1, std::nullopt);
+  entry.state = {.id = id,
+                 .tokens = request.prompt_token_ids,
+                 .cacheable = !request.params.prompt_logprobs.has_value()};
+  counters_.prompt_tokens += static_cast<int64_t>(request.prompt_token_ids.size());
+  entry.request = std::move(request);
+  scheduler_.add(&entry.state);
+  return id;
+}
+
+void Engine::abort(int64_t id) {
+  const auto it = entries_.find(id);
+  if (it == entries_.end()) fail("no request {}", id);
+  if (!it->second.result.finish_reason.empty()) return;  // already finished
+  it->second.result.finish_reason = "abort";
+  scheduler_.remove(id);
+  aborted_.push_back(id);
+}
+
+const GenerationResult& Engine::result(int64_t id) const {
+  const auto it = entries_.find(id);
+  if (it == entries_.end()) fail("no request {}", id);
+  return it->second.result;
+}
+
+GenerationStats Engine::stats() const {
+  GenerationStats stats = counters_;
+  stats.preemptions = scheduler_.num_preemptions();
+  stats.prefix_query_tokens = scheduler_.prefix_query_tokens();
+  stats.prefix_hit_tokens = scheduler_.prefix_hit_tokens();
+  return stats;
+}
+
+std::vector<RequestDelta> Engine::step() {
+  std::vector<RequestDelta> deltas;
+  for (int64_t id : aborted_)
+    deltas.push_back({.request_id = id, .finish_reason = "abort"});
+  aborted_.clear();
+  if (!scheduler_.has_requests()) return deltas;
+  const std::vector<ScheduledChunk> chunks = scheduler_.schedule();
+  PAGODA_CHECK(!chunks.empty(), "no request could be scheduled");
+  std::vector<ScheduledSequence> step;
+  for (const ScheduledChunk& chunk : chunks) {
+    const SchedulerRequest& state = *chunk.request;
+    const GenerationRequest& request = entries_.at(state.id).request;
+    const int64_t prompt = static_cast<int64_t>(request.prompt_token_ids.size());
+    step.push_back(
+        {.request_id = state.id,
+         .new_token_ids =
+             std::vector<int32_t>(state.tokens.begin() + chunk.first,
+                                  state.tokens.begin() + chunk.first + chunk.num_tokens),
+         .num_computed_tokens = chunk.first,
+         .all_logits = request.params.prompt_logprobs.has_value() && chunk.first + 1 < prompt});
+  }
+  counters_.peak_blocks_used = std::max(counters_.peak_blocks_used,
+                                        plan_.num_blocks - kNullBlocks - blocks_.num_free_blocks());
+  const RunnerOutput output = runner_.execute(step, blocks_);
+  scheduler_.complete(chunks);
+  ++counters_.steps;
+  const Tensor logprobs = compute_logprobs(output.logits);
+  const int64_t vocab = logprobs.size(1);
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    SchedulerRequest& state = *chunks[i].request;
+    Entry& entry = entries_.at(state.id);
+    const GenerationRequest& request = entry.request;
+    const SamplingParams& params = request.params;
+    GenerationResult& result = entry.result;
+    const int64_t prompt = static_cast<int64_t>(request.prompt_token_ids.size());
+    if (step[i].all_logits) {
+      // Row j holds position first + j, which predicts prompt token first + j + 1.
+      for (int64_t j = 0; j < output.num_rows[i]; ++j) {
+        const int64_t predicted = chunks[i].first + j + 1;
+        if (predicted >= prompt ||
+            static_cast<int64_t>(result.prompt_logprobs.size()) != predicted) {
+          continue;  // past the prompt, or recorded before a preemption
+        }
+        const float* row = logprobs.data<float>() + (output.first_row[i] + j) * vocab;
+        result.prompt_logprobs.push_back(
+            PromptLogprob{row[request.prompt_token_ids[predicted]],
+                          top_logprobs(row, vocab, *params.prompt_logprobs)});
+      }
+    }
+    if (state.num_computed < static_cast<int64_t>(state.tokens.size())) continue;  // a chunk
+    const int64_t last_row = output.first_row[i] + output.num_rows[i] - 1;
+    const SampledToken token = next_token(output.logits.data<float>() + last_row * vocab,
+                                          logprobs.data<float>() + last_row * vocab, vocab, request,
+                                          result, config_, entry.rng);
+    result.tokens.push_back(token);
+    state.tokens.push_back(token.token_id);
+    ++counters_.generated_tokens;
+    RequestDelta delta{.request_id = state.id, .new_tokens = {token}};
+    const int64_t generated = static_cast<int64_t>(result.tokens.size());
+    if ((!params.ignore_eos && contains(config_.eos_token_ids, token.token_id)) ||
+        contains(params.stop_token_ids, token.token_id)) {
+      result.finish_reason = "stop";
+    } else if (generated >= params.max_tokens) {
+      result.finish_reason = "length";
+    }
+    if (!result.finish_reason.empty()) {
+      delta.finish_reason = result.finish_reason;
+      scheduler_.remove(state.id);
+    }
+    deltas.push_back(std::move(delta));
+  }
+  return deltas;
+}
+
 std::vector<GenerationResult> generate(CausalLm& model, const KvCachePlan& plan,
                                        const KvCache& cache, const GeneratorConfig& config,
                                        const std::vector<GenerationRequest>& requests,
                                        GenerationStats* stats) {
-  validate(config, requests);
+  Engine engine(model, plan, cache, config);
   for (size_t r = 0; r < requests.size(); ++r) {
-    const int64_t longest =
-        static_cast<int64_t>(requests[r].prompt_token_ids.size()) + requests[r].params.max_tokens;
-    const int64_t needed = blocks_to_hold(plan, longest);
-    if (needed > plan.num_blocks - kNullBlocks) {
-      fail(
-          "request {} may need {} KV blocks for {} tokens; the pool has {}: raise "
-          "--kv-cache-memory or lower max_tokens",
-          r, needed, longest, plan.num_blocks - kNullBlocks);
+    try {
+      engine.add_request(requests[r]);
+    } catch (const Error& error) {
+      fail("request {}: {}", r, error.what());
     }
   }
-  KvCacheManager blocks(plan);
-  Scheduler scheduler(config.scheduler, blocks);
-  ModelRunner runner(model, plan, cache);
-  GenerationStats counters;
-  std::vector<GenerationResult> results(requests.size());
-  std::vector<SchedulerRequest> states(requests.size());
-  std::vector<SamplerRng> rngs;
-  for (size_t r = 0; r < requests.size(); ++r) {
-    const GenerationRequest& request = requests[r];
-    rngs.emplace_back(request.params.seed.value_or(config.seed * 0x9e3779b97f4a7c15ull + r));
-    results[r].prompt_token_ids = request.prompt_token_ids;
-    if (request.params.prompt_logprobs) results[r].prompt_logprobs.assign(1, std::nullopt);
-    states[r] = {.id = static_cast<int64_t>(r),
-                 .tokens = request.prompt_token_ids,
-                 .cacheable = !request.params.prompt_logprobs.has_value()};
-    scheduler.add(&states[r]);
-    counters.prompt_tokens += static_cast<int64_t>(request.prompt_token_ids.size());
-  }
-
-  while (scheduler.has_requests()) {
-    const std::vector<ScheduledChunk> chunks = scheduler.schedule();
-    PAGODA_CHECK(!chunks.empty(), "no request could be scheduled");
-    std::vector<ScheduledSequence> step;
-    for (const ScheduledChunk& chunk : chunks) {
-      const SchedulerRequest& state = *chunk.request;
-      const GenerationRequest& request = requests[state.id];
-      const int64_t prompt = static_cast<int64_t>(request.prompt_token_ids.size());
-      step.push_back(
-          {.request_id = state.id,
-           .new_token_ids =
-               std::vector<int32_t>(state.tokens.begin() + chunk.first,
-                                    state.tokens.begin() + chunk.first + chunk.num_tokens),
-           .num_computed_tokens = chunk.first,
-           .all_logits = request.params.prompt_logprobs.has_value() && chunk.first + 1 < prompt});
-    }
-    counters.peak_blocks_used = std::max(counters.peak_blocks_used,
-                                         plan.num_blocks - kNullBlocks - blocks.num_free_blocks());
-    const RunnerOutput output = runner.execute(step, blocks);
-    scheduler.complete(chunks);
-    ++counters.steps;
-    const Tensor logprobs = compute_logprobs(output.logits);
-    const int64_t vocab = logprobs.size(1);
-    for (size_t i = 0; i < chunks.size(); ++i) {
-      SchedulerRequest& state = *chunks[i].request;
-      const GenerationRequest& request = requests[state.id];
-      const SamplingParams& params = request.params;
-      GenerationResult& result = results[state.id];
-      const int64_t prompt = static_cast<int64_t>(request.prompt_token_ids.size());
-      if (step[i].all_logits) {
-        // Row j holds position first + j, which predicts prompt token first + j + 1.
-        for (int64_t j = 0; j < output.num_rows[i]; ++j) {
-          const int64_t predicted = chunks[i].first + j + 1;
-          if (predicted >= prompt ||
-              static_cast<int64_t>(result.prompt_logprobs.size()) != predicted) {
-            continue;  // past the prompt, or recorded before a preemption
-          }
-          const float* row = logprobs.data<float>() + (output.first_row[i] + j) * vocab;
-          result.prompt_logprobs.push_back(
-              PromptLogprob{row[request.prompt_token_ids[predicted]],
-                            top_logprobs(row, vocab, *params.prompt_logprobs)});
-        }
-      }
-      if (state.num_computed < static_cast<int64_t>(state.tokens.size())) continue;  // a chunk
-      const int64_t last_row = output.first_row[i] + output.num_rows[i] - 1;
-      const SampledToken token = next_token(output.logits.data<float>() + last_row * vocab,
-                                            logprobs.data<float>() + last_row * vocab, vocab,
-                                            request, result, config, rngs[state.id]);
-      result.tokens.push_back(token);
-      state.tokens.push_back(token.token_id);
-      ++counters.generated_tokens;
-      const int64_t generated = static_cast<int64_t>(result.tokens.size());
-      if ((!params.ignore_eos && contains(config.eos_token_ids, token.token_id)) ||
-          contains(params.stop_token_ids, token.token_id)) {
-        result.finish_reason = "stop";
-      } else if (generated >= params.max_tokens) {
-        result.finish_reason = "length";
-      } else {
-        continue;
-      }
-      scheduler.remove(state.id);
-    }
-  }
-  counters.preemptions = scheduler.num_preemptions();
-  counters.prefix_query_tokens = scheduler.prefix_query_tokens();
-  counters.prefix_hit_tokens = scheduler.prefix_hit_tokens();
-  PAGODA_CHECK(blocks.num_free_blocks() == plan.num_blocks - kNullBlocks,
+  while (engine.has_unfinished())
+    engine.step();
+  PAGODA_CHECK(engine.num_free_blocks() == plan.num_blocks - kNullBlocks,
                "{} KV blocks were not returned",
-               plan.num_blocks - kNullBlocks - blocks.num_free_blocks());
-  if (stats != nullptr) *stats = counters;
+               plan.num_blocks - kNullBlocks - engine.num_free_blocks());
+  std::vector<GenerationResult> results;
+  for (size_t r = 0; r < requests.size(); ++r) {
+    results.push_back(engine.result(static_cast<int64_t>(r)));
+  }
+  if (stats != nullptr) *stats = engine.stats();
   return results;
 }
 

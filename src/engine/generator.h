@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -52,8 +53,53 @@ struct GenerationStats {
   int64_t peak_blocks_used = 0;
 };
 
-// Validates every request first (empty prompts, ids outside the vocabulary, lengths over
-// max_model_len, sampling parameters), throwing Error naming the request and the limit.
+// One step's news for one request: tokens sampled this step (none while its prompt is still being
+// prefilled) and, once it ends, why.
+struct RequestDelta {
+  int64_t request_id = 0;
+  std::vector<SampledToken> new_tokens;
+  std::string finish_reason;  // empty while running; "stop", "length" or "abort"
+};
+
+// The step loop: requests can be added and aborted between steps; each step returns deltas.
+class Engine {
+ public:
+  Engine(CausalLm& model, const KvCachePlan& plan, const KvCache& cache,
+         const GeneratorConfig& config);
+
+  // Validates and queues a request (Error names the problem and the limit); returns its id.
+  int64_t add_request(GenerationRequest request);
+  // Ends a request wherever it is and frees its blocks; its last delta says "abort".
+  void abort(int64_t id);
+  bool has_unfinished() const { return scheduler_.has_requests() || !aborted_.empty(); }
+  // Runs one step of continuous batching.
+  std::vector<RequestDelta> step();
+  // Everything a request has produced so far.
+  const GenerationResult& result(int64_t id) const;
+  GenerationStats stats() const;
+  int64_t num_free_blocks() const { return blocks_.num_free_blocks(); }
+
+ private:
+  struct Entry {
+    GenerationRequest request;
+    GenerationResult result;
+    SchedulerRequest state;
+    SamplerRng rng{0};
+  };
+
+  const KvCachePlan& plan_;
+  GeneratorConfig config_;
+  KvCacheManager blocks_;
+  Scheduler scheduler_;
+  ModelRunner runner_;
+  std::map<int64_t, Entry> entries_;  // nodes stay put: the scheduler keeps pointers to state
+  std::vector<int64_t> aborted_;      // aborted since the last step
+  int64_t next_id_ = 0;
+  GenerationStats counters_;
+};
+
+// Runs a fixed list of requests to completion (validating them all first) and checks that every
+// block is back in the pool.
 std::vector<GenerationResult> generate(CausalLm& model, const KvCachePlan& plan,
                                        const KvCache& cache, const GeneratorConfig& config,
                                        const std::vector<GenerationRequest>& requests,

@@ -182,6 +182,47 @@ TEST(GeneratorTest, ContinuousBatchingChangesNoToken) {
   }
 }
 
+// The step loop: requests join and leave between steps, and deltas carry each step's tokens.
+TEST(EngineTest, AddAndAbortBetweenSteps) {
+  auto fixture = load_fixture("llama-tiny");
+  const nlohmann::json& prompts = fixture->reference["prompts"];
+  const GeneratorConfig config{.vocab_size = fixture->config.vocab_size,
+                               .max_model_len = fixture->cache.plan.max_model_len,
+                               .eos_token_ids = fixture->config.eos_token_ids,
+                               .scheduler = {.max_num_batched_tokens = 8}};
+  Engine engine(*fixture->model, fixture->cache.plan, fixture->memory, config);
+  const int64_t first = engine.add_request(request_for(prompts[3]));  // 40 tokens: 5 chunks
+  const int64_t doomed = engine.add_request(request_for(prompts[2]));
+  std::vector<int32_t> streamed;
+  for (int i = 0; i < 7; ++i) {
+    for (const RequestDelta& delta : engine.step()) {
+      if (delta.request_id == first) {
+        for (const SampledToken& token : delta.new_tokens)
+          streamed.push_back(token.token_id);
+      }
+    }
+  }
+  engine.abort(doomed);
+  const int64_t late = engine.add_request(request_for(prompts[1]));
+  bool saw_abort = false;
+  while (engine.has_unfinished()) {
+    for (const RequestDelta& delta : engine.step()) {
+      saw_abort = saw_abort || (delta.request_id == doomed && delta.finish_reason == "abort");
+      if (delta.request_id == first) {
+        for (const SampledToken& token : delta.new_tokens)
+          streamed.push_back(token.token_id);
+      }
+    }
+  }
+  EXPECT_TRUE(saw_abort);
+  EXPECT_EQ(engine.result(doomed).finish_reason, "abort");
+  EXPECT_EQ(streamed, prompts[3]["greedy_token_ids"].get<std::vector<int32_t>>());
+  EXPECT_EQ(token_ids(engine.result(late)),
+            prompts[1]["greedy_token_ids"].get<std::vector<int32_t>>());
+  EXPECT_EQ(engine.num_free_blocks(), fixture->cache.plan.num_blocks - kNullBlocks);
+  EXPECT_THROW(engine.abort(99), Error);
+}
+
 TEST(GeneratorTest, ChunkedPrefillKeepsPromptLogprobs) {
   auto fixture = load_fixture("qwen3-tiny");
   const nlohmann::json& prompt = fixture->reference["prompts"][3];  // 40 tokens
