@@ -228,16 +228,15 @@ void run_generate(const GenerateOptions& options) {
   std::unique_ptr<CausalLm> model = build_causal_lm(config, weights);
   const auto loaded = std::chrono::steady_clock::now();
   const KvCache cache = allocate_kv_cache(setup.plan, Device::cpu());
-  const GeneratorConfig generator{.vocab_size = config.vocab_size,
-                                  .max_model_len = setup.plan.max_model_len,
-                                  .eos_token_ids = config.eos_token_ids,
-                                  .seed = options.seed,
-                                  .scheduler = options.scheduler};
-  GeneratorConfig configured = generator;
-  configured.scheduler.enable_prefix_caching = !options.no_prefix_caching;
+  GeneratorConfig generator{.vocab_size = config.vocab_size,
+                            .max_model_len = setup.plan.max_model_len,
+                            .eos_token_ids = config.eos_token_ids,
+                            .seed = options.seed,
+                            .scheduler = options.scheduler};
+  generator.scheduler.enable_prefix_caching = !options.no_prefix_caching;
   GenerationStats stats;
   const std::vector<GenerationResult> results =
-      generate(*model, setup.plan, cache, configured, requests, &stats);
+      generate(*model, setup.plan, cache, generator, requests, &stats);
   const auto finished = std::chrono::steady_clock::now();
 
   for (size_t r = 0; r < results.size(); ++r) {

@@ -122,8 +122,9 @@ Gemma4Model::Moe Gemma4Model::load_moe(WeightSource& weights, const ConfigReader
   const int64_t inner = text.positive("moe_intermediate_size");
   if (top_k > experts) text.fail_field("top_k_experts", "is larger than num_experts");
   return Moe{.router = weights.get(layer + ".router.proj.weight", {experts, hidden}),
-             .router_scale = weights.get(layer + ".router.scale", {hidden}),
-             .per_expert_scale = weights.get(layer + ".router.per_expert_scale", {experts}),
+             .router_scale = cpu::to_floats(weights.get(layer + ".router.scale", {hidden})),
+             .per_expert_scale =
+                 cpu::to_floats(weights.get(layer + ".router.per_expert_scale", {experts})),
              .gate_up = weights.get(layer + ".experts.gate_up_proj", {experts, 2 * inner, hidden}),
              .down = weights.get(layer + ".experts.down_proj", {experts, hidden, inner}),
              .pre_norm =
@@ -150,10 +151,7 @@ Tensor Gemma4Model::run_moe(const Moe& moe, const Tensor& residual) const {
   for (int64_t t = 0; t < tokens; ++t) {
     for (int64_t h = 0; h < hidden; ++h) {
       float& value = z.data<float>()[t * hidden + h];
-      value = value *
-              cpu::load_float(moe.router_scale.raw_data() + h * moe.router_scale.element_size(),
-                              moe.router_scale.dtype()) *
-              root;
+      value = value * moe.router_scale[h] * root;
     }
   }
   const Tensor logits = project(z, moe.router);
@@ -178,10 +176,7 @@ Tensor Gemma4Model::run_moe(const Moe& moe, const Tensor& residual) const {
       kept += p[order[k]] / sum;
     for (int64_t k = 0; k < moe.top_k; ++k) {
       const int64_t e = order[k];
-      const float scale =
-          cpu::load_float(moe.per_expert_scale.raw_data() + e * moe.per_expert_scale.element_size(),
-                          moe.per_expert_scale.dtype());
-      chosen[t].push_back({e, p[e] / sum / kept * scale});
+      chosen[t].push_back({e, p[e] / sum / kept * moe.per_expert_scale[e]});
     }
   }
   Tensor xe = Tensor::empty(residual.shape(), DType::kF32);

@@ -26,11 +26,11 @@ class Gemma4Model : public CausalLm {
 
  private:
   struct Moe {
-    Tensor router;            // [experts, hidden]
-    Tensor router_scale;      // [hidden]
-    Tensor per_expert_scale;  // [experts]
-    Tensor gate_up;           // [experts, 2 * inner, hidden]: gate rows, then up rows
-    Tensor down;              // [experts, hidden, inner]
+    Tensor router;                        // [experts, hidden]
+    std::vector<float> router_scale;      // [hidden]
+    std::vector<float> per_expert_scale;  // [experts]
+    Tensor gate_up;                       // [experts, 2 * inner, hidden]: gate rows, then up rows
+    Tensor down;                          // [experts, hidden, inner]
     RmsNorm pre_norm;
     RmsNorm post_mlp_norm;
     RmsNorm post_experts_norm;

@@ -39,14 +39,6 @@ std::vector<bool> sparse_layers(const ConfigReader& text, int64_t num_layers) {
   return sparse;
 }
 
-std::vector<float> to_floats(const Tensor& t) {
-  std::vector<float> values(t.numel());
-  for (int64_t i = 0; i < t.numel(); ++i) {
-    values[i] = cpu::load_float(t.raw_data() + i * t.element_size(), t.dtype());
-  }
-  return values;
-}
-
 }  // namespace
 
 MiMoV2FlashModel::MiMoV2FlashModel(const ModelConfig& config, WeightSource& weights) {
@@ -127,7 +119,7 @@ MiMoV2FlashModel::Moe MiMoV2FlashModel::load_moe(WeightSource& weights, const Co
     text.fail_field("n_group", "does not divide the experts into groups that can supply the top-k");
   }
   moe.router = weights.get(prefix + ".gate.weight", {experts, hidden});
-  moe.bias = to_floats(weights.get(prefix + ".gate.e_score_correction_bias", {experts}));
+  moe.bias = cpu::to_floats(weights.get(prefix + ".gate.e_score_correction_bias", {experts}));
   for (int64_t e = 0; e < experts; ++e) {
     const std::string expert = prefix + ".experts." + std::to_string(e);
     moe.experts.push_back({weights.get(expert + ".gate_proj.weight", {inner, hidden}),

@@ -97,10 +97,7 @@ SelfAttention::SelfAttention(WeightSource& weights, const std::string& prefix, i
   if (options.sinks) {
     const std::string name =
         prefix + (weights.has(prefix + ".sinks") ? ".sinks" : ".attention_sink_bias");
-    const Tensor sinks = weights.get(name, {layer.num_q_heads});
-    for (int64_t h = 0; h < layer.num_q_heads; ++h) {
-      sinks_.push_back(cpu::load_float(sinks.raw_data() + h * sinks.element_size(), sinks.dtype()));
-    }
+    sinks_ = cpu::to_floats(weights.get(name, {layer.num_q_heads}));
   }
   inverse_frequencies_ = rope_inverse_frequencies(rope);
   rotary_dim_ = rope.rotary_dim;

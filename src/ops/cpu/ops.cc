@@ -53,6 +53,14 @@ void store_float(std::byte* element, DType dtype, float value) {
   }
 }
 
+std::vector<float> to_floats(const Tensor& t) {
+  std::vector<float> values(t.numel());
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    values[i] = load_float(t.raw_data() + i * t.element_size(), t.dtype());
+  }
+  return values;
+}
+
 void embedding(const Tensor& table, const std::vector<int32_t>& ids, const Tensor& out) {
   check_rows(out, "embedding output");
   const int64_t vocab = table.size(0);

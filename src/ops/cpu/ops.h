@@ -35,5 +35,7 @@ void log_softmax(const Tensor& logits, const Tensor& out);
 // Widens a row of a float tensor of any dtype to f32.
 float load_float(const std::byte* element, DType dtype);
 void store_float(std::byte* element, DType dtype, float value);
+// Every element of a contiguous float tensor (small ones: scales, biases, sinks) as f32.
+std::vector<float> to_floats(const Tensor& t);
 
 }  // namespace pagoda::cpu
