@@ -73,11 +73,14 @@ void run() {
     if (all_decoding) break;
   }
   std::vector<double> micros;
+  // Mean time of each phase: schedule, build the batch and metadata, complete the step.
+  double schedule_us = 0, prepare_us = 0, complete_us = 0;
   for (int step = 0; step < kSteps; ++step) {
     for (SchedulerRequest& r : requests)
       r.tokens.push_back(static_cast<int32_t>(rng() % 32000));
     const auto start = std::chrono::steady_clock::now();
     const std::vector<ScheduledChunk> chunks = scheduler.schedule();
+    const auto t1 = std::chrono::steady_clock::now();
     std::vector<ScheduledSequence> sequences;
     sequences.reserve(chunks.size());
     for (const ScheduledChunk& chunk : chunks) {
@@ -89,9 +92,13 @@ void run() {
     for (const ScheduledSequence& s : sequences)
       ordered.push_back(&s);
     const ForwardBatch batch = runner.prepare(ordered, blocks);
+    const auto t2 = std::chrono::steady_clock::now();
     scheduler.complete(chunks);
     const auto end = std::chrono::steady_clock::now();
     micros.push_back(std::chrono::duration<double, std::micro>(end - start).count());
+    schedule_us += std::chrono::duration<double, std::micro>(t1 - start).count() / kSteps;
+    prepare_us += std::chrono::duration<double, std::micro>(t2 - t1).count() / kSteps;
+    complete_us += std::chrono::duration<double, std::micro>(end - t2).count() / kSteps;
     if (static_cast<int64_t>(batch.token_ids.size()) != kRequests) {
       fmt::print("step {} scheduled {} requests\n", step, batch.token_ids.size());
     }
@@ -101,9 +108,11 @@ void run() {
   for (double m : micros)
     total += m;
   fmt::print(
-      "| requests | groups | steps | mean us/step | p50 | p99 |\n|---|---|---|---|---|---|\n");
-  fmt::print("| {} | {} | {} | {:.1f} | {:.1f} | {:.1f} |\n", kRequests, plan.groups.size(), kSteps,
-             total / micros.size(), micros[micros.size() / 2], micros[micros.size() * 99 / 100]);
+      "| requests | groups | steps | mean us/step | p50 | p99 | schedule | metadata | complete "
+      "|\n|---|---|---|---|---|---|---|---|---|\n");
+  fmt::print("| {} | {} | {} | {:.1f} | {:.1f} | {:.1f} | {:.1f} | {:.1f} | {:.1f} |\n", kRequests,
+             plan.groups.size(), kSteps, total / micros.size(), micros[micros.size() / 2],
+             micros[micros.size() * 99 / 100], schedule_us, prepare_us, complete_us);
 }
 
 }  // namespace

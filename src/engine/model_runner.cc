@@ -22,27 +22,32 @@ ForwardBatch ModelRunner::prepare(const std::vector<const ScheduledSequence*>& o
   ForwardBatch batch;
   batch.kv_cache = &layer_views_;
   batch.layer_groups = &layer_groups_;
+  int64_t num_tokens = 0;
+  for (const ScheduledSequence* seq : ordered)
+    num_tokens += static_cast<int64_t>(seq->new_token_ids.size());
+  batch.token_ids.reserve(num_tokens + padding_tokens);
+  batch.positions.reserve(num_tokens + padding_tokens);
   for (const ScheduledSequence* seq : ordered) {
-    for (size_t i = 0; i < seq->new_token_ids.size(); ++i) {
-      batch.token_ids.push_back(seq->new_token_ids[i]);
+    batch.token_ids.insert(batch.token_ids.end(), seq->new_token_ids.begin(),
+                           seq->new_token_ids.end());
+    for (size_t i = 0; i < seq->new_token_ids.size(); ++i)
       batch.positions.push_back(seq->num_computed_tokens + static_cast<int64_t>(i));
-    }
   }
-  const int64_t num_tokens = static_cast<int64_t>(batch.token_ids.size());
   batch.token_ids.resize(num_tokens + padding_tokens, 0);
   batch.positions.resize(num_tokens + padding_tokens, 0);
   for (size_t g = 0; g < plan_.groups.size(); ++g) {
     const int64_t block_size = plan_.groups[g].spec.page.block_size;
     AttentionMetadata meta;
     meta.num_actual_tokens = num_tokens;
+    meta.block_table = blocks.table_data(g);
+    meta.block_table_stride = blocks.table_stride(g);
+    meta.query_start.reserve(ordered.size() + 1);
+    meta.seq_lens.reserve(ordered.size());
+    meta.block_table_rows.reserve(ordered.size());
+    meta.slot_mapping.reserve(num_tokens);
     meta.query_start.push_back(0);
-    int64_t widest = 0;
     for (const ScheduledSequence* seq : ordered) {
-      widest = std::max<int64_t>(widest, blocks.block_ids(seq->request_id)[g].size());
-    }
-    meta.block_table_stride = widest;
-    for (const ScheduledSequence* seq : ordered) {
-      const std::vector<int32_t>& table = blocks.block_ids(seq->request_id)[g];
+      const std::span<const int32_t> table = blocks.block_ids(seq->request_id, g);
       const int64_t new_tokens = static_cast<int64_t>(seq->new_token_ids.size());
       const int64_t total = seq->num_computed_tokens + new_tokens;
       PAGODA_CHECK(static_cast<int64_t>(table.size()) * block_size >= total,
@@ -51,11 +56,10 @@ ForwardBatch ModelRunner::prepare(const std::vector<const ScheduledSequence*>& o
       if (new_tokens == 1 && seq->num_computed_tokens > 0) meta.num_decode_tokens += 1;
       meta.query_start.push_back(meta.query_start.back() + new_tokens);
       meta.seq_lens.push_back(total);
+      meta.block_table_rows.push_back(blocks.table_row(seq->request_id));
       for (int64_t p = seq->num_computed_tokens; p < total; ++p) {
         meta.slot_mapping.push_back(int64_t{table[p / block_size]} * block_size + p % block_size);
       }
-      meta.block_table.insert(meta.block_table.end(), table.begin(), table.end());
-      meta.block_table.resize(meta.block_table.size() + (widest - table.size()), 0);
     }
     batch.group_metadata.push_back(std::move(meta));
   }

@@ -7,10 +7,35 @@ namespace pagoda {
 
 BlockPool::BlockPool(int64_t num_blocks) : blocks_(num_blocks) {
   PAGODA_CHECK(num_blocks > kNullBlocks, "a block pool needs more than the null block");
-  for (int64_t b = kNullBlocks; b < num_blocks; ++b) {
-    blocks_[b].free = true;
-    blocks_[b].free_position = free_queue_.insert(free_queue_.end(), static_cast<int32_t>(b));
+  for (int64_t b = kNullBlocks; b < num_blocks; ++b)
+    push_free(static_cast<int32_t>(b), /*at_back=*/true);
+  cache_.reserve(num_blocks);
+}
+
+void BlockPool::push_free(int32_t id, bool at_back) {
+  Block& block = blocks_[id];
+  block.free = true;
+  if (at_back) {
+    block.prev = tail_;
+    block.next = -1;
+    (tail_ >= 0 ? blocks_[tail_].next : head_) = id;
+    tail_ = id;
+  } else {
+    block.prev = -1;
+    block.next = head_;
+    (head_ >= 0 ? blocks_[head_].prev : tail_) = id;
+    head_ = id;
   }
+  ++num_free_;
+}
+
+void BlockPool::unlink_free(int32_t id) {
+  Block& block = blocks_[id];
+  (block.prev >= 0 ? blocks_[block.prev].next : head_) = block.next;
+  (block.next >= 0 ? blocks_[block.next].prev : tail_) = block.prev;
+  block.prev = block.next = -1;
+  block.free = false;
+  --num_free_;
 }
 
 void BlockPool::check_block(int32_t block) const {
@@ -22,34 +47,29 @@ int32_t BlockPool::ref_count(int32_t block) const {
   return blocks_[block].ref_count;
 }
 
-std::vector<int32_t> BlockPool::allocate(int64_t count) {
-  PAGODA_CHECK(can_allocate(count), "allocating {} blocks with {} free", count, num_free());
-  std::vector<int32_t> taken;
-  taken.reserve(count);
-  for (int64_t i = 0; i < count; ++i) {
-    const int32_t id = free_queue_.front();
-    free_queue_.pop_front();
+void BlockPool::allocate(std::span<int32_t> out) {
+  PAGODA_CHECK(can_allocate(static_cast<int64_t>(out.size())), "allocating {} blocks with {} free",
+               out.size(), num_free());
+  for (int32_t& taken : out) {
+    const int32_t id = head_;
+    unlink_free(id);
     Block& block = blocks_[id];
-    block.free = false;
     block.ref_count = 1;
     if (block.key) {
       cache_.erase(*block.key);
       block.key.reset();
     }
-    taken.push_back(id);
+    taken = id;
   }
-  return taken;
 }
 
-void BlockPool::free(const std::vector<int32_t>& ids) {
+void BlockPool::free(std::span<const int32_t> ids) {
   for (int32_t id : ids) {
     check_block(id);
     Block& block = blocks_[id];
     PAGODA_CHECK(block.ref_count > 0, "freeing block {} with no references", id);
     if (--block.ref_count > 0) continue;
-    block.free = true;
-    block.free_position = block.key ? free_queue_.insert(free_queue_.end(), id)
-                                    : free_queue_.insert(free_queue_.begin(), id);
+    push_free(id, /*at_back=*/block.key.has_value());
   }
 }
 
@@ -59,14 +79,11 @@ std::optional<int32_t> BlockPool::cached_block(BlockHash hash, int64_t group) co
   return it->second;
 }
 
-void BlockPool::take(const std::vector<int32_t>& ids) {
+void BlockPool::take(std::span<const int32_t> ids) {
   for (int32_t id : ids) {
     check_block(id);
     Block& block = blocks_[id];
-    if (block.free) {
-      free_queue_.erase(block.free_position);
-      block.free = false;
-    }
+    if (block.free) unlink_free(id);
     ++block.ref_count;
   }
 }

@@ -7,8 +7,8 @@
 #pragma once
 
 #include <cstdint>
-#include <list>
 #include <optional>
+#include <span>
 #include <unordered_map>
 #include <vector>
 
@@ -21,23 +21,23 @@ class BlockPool {
   explicit BlockPool(int64_t num_blocks);
 
   int64_t num_blocks() const { return static_cast<int64_t>(blocks_.size()); }
-  int64_t num_free() const { return static_cast<int64_t>(free_queue_.size()); }
+  int64_t num_free() const { return num_free_; }
   int64_t num_cached() const { return static_cast<int64_t>(cache_.size()); }
   bool can_allocate(int64_t count) const { return count <= num_free(); }
 
-  // Takes `count` blocks from the front of the free queue, each with one reference; cached ones
-  // lose their cache entry. Requires can_allocate(count).
-  std::vector<int32_t> allocate(int64_t count);
+  // Fills `out` with blocks from the front of the free queue, each with one reference; cached ones
+  // lose their cache entry. Requires can_allocate(out.size()).
+  void allocate(std::span<int32_t> out);
   // Drops one reference of each block, in the given order; a block whose count reaches zero joins
   // the free queue (front when uncached, back when cached). Free a request's blocks last-first so
   // its tail is evicted before its shared head.
-  void free(const std::vector<int32_t>& blocks);
+  void free(std::span<const int32_t> blocks);
   int32_t ref_count(int32_t block) const;
 
   // The block caching `hash` in KV group `group`, if any (referenced or free).
   std::optional<int32_t> cached_block(BlockHash hash, int64_t group) const;
   // Adds a reference to each block (prefix-cache hits); a free one leaves the free queue.
-  void take(const std::vector<int32_t>& blocks);
+  void take(std::span<const int32_t> blocks);
   // Records that `block`, now full, holds the prefix `hash` of group `group`. A block already
   // caching something, or a hash already cached by another block, is left as it is.
   void cache(int32_t block, BlockHash hash, int64_t group);
@@ -55,15 +55,22 @@ class BlockPool {
   };
   struct Block {
     int32_t ref_count = 0;
-    std::optional<Key> key;                      // set while the block caches a prefix
-    std::list<int32_t>::iterator free_position;  // valid while free
+    // Neighbours in the free queue while free (-1 at either end): an intrusive list, so queue
+    // operations never allocate.
+    int32_t prev = -1;
+    int32_t next = -1;
     bool free = false;
+    std::optional<Key> key;  // set while the block caches a prefix
   };
 
   void check_block(int32_t block) const;
+  void push_free(int32_t block, bool at_back);
+  void unlink_free(int32_t block);
 
   std::vector<Block> blocks_;
-  std::list<int32_t> free_queue_;
+  int32_t head_ = -1;  // the free queue's front
+  int32_t tail_ = -1;
+  int64_t num_free_ = 0;
   std::unordered_map<Key, int32_t, KeyHash> cache_;
 };
 

@@ -1,5 +1,6 @@
 #include "kv/kv_cache_manager.h"
 
+#include <algorithm>
 #include <numeric>
 
 #include "core/error.h"
@@ -14,47 +15,81 @@ int64_t blocks_to_hold(const KvCachePlan& plan, int64_t num_tokens) {
   return blocks;
 }
 
-KvCacheManager::KvCacheManager(const KvCachePlan& plan) : plan_(plan), pool_(plan.num_blocks) {}
+KvCacheManager::KvCacheManager(const KvCachePlan& plan)
+    : plan_(plan), pool_(plan.num_blocks), tables_(plan.groups.size()) {
+  for (const KvGroup& group : plan.groups) {
+    const int64_t block_size = group.spec.page.block_size;
+    strides_.push_back((plan.max_model_len + block_size - 1) / block_size);
+  }
+}
+
+const KvCacheManager::Held& KvCacheManager::held(int64_t id) const {
+  const auto it = held_.find(id);
+  PAGODA_CHECK(it != held_.end(), "request {} holds no blocks", id);
+  return it->second;
+}
+
+KvCacheManager::Held& KvCacheManager::hold(int64_t id) {
+  const auto [it, added] = held_.try_emplace(id);
+  if (!added) return it->second;
+  if (free_rows_.empty()) {
+    // Double the rows of every table; the new ones are free, lowest first.
+    const int32_t grown = std::max(4, num_rows_ * 2);
+    for (size_t g = 0; g < tables_.size(); ++g)
+      tables_[g].resize(static_cast<size_t>(grown) * strides_[g], 0);
+    for (int32_t r = grown - 1; r >= num_rows_; --r)
+      free_rows_.push_back(r);
+    num_rows_ = grown;
+  }
+  it->second.row = free_rows_.back();
+  free_rows_.pop_back();
+  it->second.groups.resize(plan_.groups.size());
+  return it->second;
+}
 
 int64_t KvCacheManager::blocks_needed(int64_t id, int64_t num_tokens) const {
-  const auto it = tables_.find(id);
+  const auto it = held_.find(id);
   int64_t needed = 0;
   for (size_t g = 0; g < plan_.groups.size(); ++g) {
     const int64_t block_size = plan_.groups[g].spec.page.block_size;
-    const int64_t held = it == tables_.end() ? 0 : static_cast<int64_t>(it->second[g].size());
-    needed += std::max<int64_t>(0, (num_tokens + block_size - 1) / block_size - held);
+    const int64_t have = it == held_.end() ? 0 : it->second.groups[g].num_blocks;
+    needed += std::max<int64_t>(0, (num_tokens + block_size - 1) / block_size - have);
   }
   return needed;
 }
 
 bool KvCacheManager::allocate_slots(int64_t id, int64_t num_tokens) {
+  PAGODA_CHECK(num_tokens <= plan_.max_model_len, "request {} wants slots for {} tokens, past {}",
+               id, num_tokens, plan_.max_model_len);
   if (!pool_.can_allocate(blocks_needed(id, num_tokens))) return false;
-  auto& tables = tables_[id];
-  tables.resize(plan_.groups.size());
+  Held& entry = hold(id);
   for (size_t g = 0; g < plan_.groups.size(); ++g) {
     const int64_t block_size = plan_.groups[g].spec.page.block_size;
     const int64_t wanted = (num_tokens + block_size - 1) / block_size;
-    const int64_t missing = wanted - static_cast<int64_t>(tables[g].size());
-    if (missing <= 0) continue;
-    const std::vector<int32_t> blocks = pool_.allocate(missing);
-    tables[g].insert(tables[g].end(), blocks.begin(), blocks.end());
+    GroupState& state = entry.groups[g];
+    if (wanted <= state.num_blocks) continue;
+    pool_.allocate(std::span(row(g, entry.row) + state.num_blocks, wanted - state.num_blocks));
+    state.num_blocks = wanted;
   }
   return true;
 }
 
 void KvCacheManager::free(int64_t id) {
-  const auto it = tables_.find(id);
-  if (it == tables_.end()) return;
-  // Last block first, so a request's tail is evicted before the prefix others may share.
-  for (const std::vector<int32_t>& blocks : it->second) {
-    std::vector<int32_t> held;
-    for (auto block = blocks.rbegin(); block != blocks.rend(); ++block) {
-      if (*block != 0) held.push_back(*block);  // the null block stands for a freed slot
+  const auto it = held_.find(id);
+  if (it == held_.end()) return;
+  Held& entry = it->second;
+  for (size_t g = 0; g < plan_.groups.size(); ++g) {
+    int32_t* blocks = row(g, entry.row);
+    // Last block first, so a request's tail is evicted before the prefix others may share.
+    scratch_.clear();
+    for (int64_t b = entry.groups[g].num_blocks - 1; b >= 0; --b) {
+      if (blocks[b] != 0) scratch_.push_back(blocks[b]);  // the null block stands for a freed slot
+      blocks[b] = 0;
     }
-    pool_.free(held);
+    pool_.free(scratch_);
   }
-  tables_.erase(it);
-  hashes_.erase(id);
+  free_rows_.push_back(entry.row);
+  held_.erase(it);
 }
 
 PrefixHit KvCacheManager::find_cached_prefix(std::span<const int32_t> tokens,
@@ -124,58 +159,62 @@ PrefixHit KvCacheManager::find_cached_prefix(std::span<const int32_t> tokens,
 }
 
 void KvCacheManager::adopt_prefix(int64_t id, const PrefixHit& hit) {
-  PAGODA_CHECK(tables_.count(id) == 0, "request {} already holds blocks", id);
-  auto& tables = tables_[id];
-  tables.resize(plan_.groups.size());
+  PAGODA_CHECK(held_.count(id) == 0, "request {} already holds blocks", id);
+  Held& entry = hold(id);
   for (size_t g = 0; g < hit.blocks.size(); ++g) {
-    std::vector<int32_t> real;
-    for (int32_t block : hit.blocks[g]) {
-      if (block != 0) real.push_back(block);
-    }
-    pool_.take(real);
-    tables[g] = hit.blocks[g];
+    const std::vector<int32_t>& blocks = hit.blocks[g];
+    GroupState& state = entry.groups[g];
+    // A sliding group's hit starts with null blocks, out of its window.
+    while (state.num_freed < static_cast<int64_t>(blocks.size()) && blocks[state.num_freed] == 0)
+      ++state.num_freed;
+    pool_.take(std::span(blocks).subspan(state.num_freed));
+    std::copy(blocks.begin(), blocks.end(), row(g, entry.row));
+    state.num_blocks = static_cast<int64_t>(blocks.size());
   }
 }
 
 void KvCacheManager::cache_full_blocks(int64_t id, std::span<const int32_t> tokens,
                                        int64_t num_computed, std::span<const uint64_t> extra_keys) {
-  auto& tables = tables_.at(id);
-  auto& hashes = hashes_[id];
-  hashes.resize(plan_.groups.size());
+  Held& entry = held_.at(id);
   for (size_t g = 0; g < plan_.groups.size(); ++g) {
     const int64_t block_size = plan_.groups[g].spec.page.block_size;
-    std::vector<BlockHash>& chain = hashes[g];
-    const int64_t full = std::min<int64_t>(num_computed / block_size, tables[g].size());
+    GroupState& state = entry.groups[g];
+    std::vector<BlockHash>& chain = state.hashes;
+    const int64_t full = std::min(num_computed / block_size, state.num_blocks);
+    const int32_t* blocks = row(g, entry.row);
     for (int64_t b = static_cast<int64_t>(chain.size()); b < full; ++b) {
       const BlockHash parent = b == 0 ? kRootBlockHash : chain[b - 1];
       chain.push_back(hash_block(parent, tokens.subspan(b * block_size, block_size), extra_keys));
-      if (tables[g][b] != 0) pool_.cache(tables[g][b], chain[b], static_cast<int64_t>(g));
+      if (blocks[b] != 0) pool_.cache(blocks[b], chain[b], static_cast<int64_t>(g));
     }
   }
 }
 
 void KvCacheManager::free_outside_window(int64_t id, int64_t num_computed) {
-  auto& tables = tables_.at(id);
+  Held& entry = held_.at(id);
   for (size_t g = 0; g < plan_.groups.size(); ++g) {
     const KvSpec& spec = plan_.groups[g].spec;
     if (spec.kind != AttentionKind::kSliding) continue;
+    GroupState& state = entry.groups[g];
     // The next query, at position num_computed, sees tokens from num_computed - window + 1 on.
     const int64_t first_token = std::max<int64_t>(0, num_computed - spec.sliding_window + 1);
-    const int64_t dead_blocks = first_token / spec.page.block_size;
-    std::vector<int32_t> freed;
-    for (int64_t b = std::min<int64_t>(dead_blocks, tables[g].size()) - 1; b >= 0; --b) {
-      if (tables[g][b] == 0) break;  // everything before was freed already
-      freed.push_back(tables[g][b]);
-      tables[g][b] = 0;
+    const int64_t dead = std::min(first_token / spec.page.block_size, state.num_blocks);
+    if (dead <= state.num_freed) continue;
+    int32_t* blocks = row(g, entry.row);
+    scratch_.clear();
+    for (int64_t b = dead - 1; b >= state.num_freed; --b) {
+      if (blocks[b] != 0) scratch_.push_back(blocks[b]);
+      blocks[b] = 0;
     }
-    pool_.free(freed);
+    pool_.free(scratch_);
+    state.num_freed = dead;
   }
 }
 
-const std::vector<std::vector<int32_t>>& KvCacheManager::block_ids(int64_t id) const {
-  const auto it = tables_.find(id);
-  PAGODA_CHECK(it != tables_.end(), "request {} holds no blocks", id);
-  return it->second;
+std::span<const int32_t> KvCacheManager::block_ids(int64_t id, int64_t group) const {
+  const Held& entry = held(id);
+  return std::span(tables_[group])
+      .subspan(entry.row * strides_[group], entry.groups[group].num_blocks);
 }
 
 }  // namespace pagoda

@@ -1,10 +1,12 @@
 // Per-request block tables over one block pool: a request holds, in every KV cache group, the
-// blocks that cover its tokens.
+// blocks that cover its tokens. Tables are persistent: each group keeps one row-major buffer with a
+// row per request holding blocks, so a step's attention metadata points at rows instead of copying
+// them, and each step writes only the blocks it adds or frees.
 #pragma once
 
 #include <cstdint>
-#include <map>
 #include <span>
+#include <unordered_map>
 #include <vector>
 
 #include "kv/block_pool.h"
@@ -49,17 +51,40 @@ class KvCacheManager {
   void free_outside_window(int64_t id, int64_t num_computed);
   // Returns every block of request `id` to the pool.
   void free(int64_t id);
-  // Block ids of request `id`, per group, in token order.
-  const std::vector<std::vector<int32_t>>& block_ids(int64_t id) const;
+  // Block ids of request `id` in group `group`, in token order (the null block where freed).
+  std::span<const int32_t> block_ids(int64_t id, int64_t group) const;
+  // Group `group`'s tables: row r holds its request's block ids from data[r * stride] on; entries
+  // past a request's blocks are meaningless. Valid until the next call that allocates.
+  std::span<const int32_t> table_data(int64_t group) const { return tables_[group]; }
+  int64_t table_stride(int64_t group) const { return strides_[group]; }
+  // The row of request `id` in every group's table.
+  int32_t table_row(int64_t id) const { return held(id).row; }
   int64_t num_free_blocks() const { return pool_.num_free(); }
 
  private:
+  struct GroupState {
+    int64_t num_blocks = 0;  // entries of the row in use
+    int64_t num_freed = 0;   // leading entries already nulled by the window
+    // Chained hashes of the full blocks recorded so far, so each step hashes only new blocks.
+    std::vector<BlockHash> hashes;
+  };
+  struct Held {
+    int32_t row = 0;
+    std::vector<GroupState> groups;
+  };
+
+  const Held& held(int64_t id) const;
+  Held& hold(int64_t id);  // the request's entry, made with a fresh row if it has none
+  int32_t* row(int64_t group, int32_t row) { return tables_[group].data() + row * strides_[group]; }
+
   const KvCachePlan& plan_;
   BlockPool pool_;
-  std::map<int64_t, std::vector<std::vector<int32_t>>> tables_;
-  // Per request and group: the chained hashes of the full blocks recorded so far, so each step
-  // hashes only its new blocks.
-  std::map<int64_t, std::vector<std::vector<BlockHash>>> hashes_;
+  std::vector<int64_t> strides_;              // per group: blocks for max_model_len tokens
+  std::vector<std::vector<int32_t>> tables_;  // per group: rows × stride
+  std::vector<int32_t> free_rows_;
+  int32_t num_rows_ = 0;
+  std::unordered_map<int64_t, Held> held_;
+  std::vector<int32_t> scratch_;  // blocks being freed, reused across calls
 };
 
 }  // namespace pagoda

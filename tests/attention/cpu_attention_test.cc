@@ -154,11 +154,16 @@ TEST_P(CpuAttentionTest, MatchesDenseAttention) {
     widest = std::max<int64_t>(widest, seq.blocks.size());
     seqs.push_back(std::move(seq));
   }
-  meta.block_table_stride = widest;
-  for (const Sequence& seq : seqs) {
-    meta.block_table.insert(meta.block_table.end(), seq.blocks.begin(), seq.blocks.end());
-    meta.block_table.resize(meta.block_table.size() + widest - seq.blocks.size(), 0);
+  // Table rows in reverse sequence order, as a persistent table's rows need not follow the batch.
+  std::vector<int32_t> table;
+  for (auto seq = seqs.rbegin(); seq != seqs.rend(); ++seq) {
+    table.insert(table.end(), seq->blocks.begin(), seq->blocks.end());
+    table.resize(table.size() + widest - seq->blocks.size(), 0);
   }
+  for (size_t s = 0; s < seqs.size(); ++s)
+    meta.block_table_rows.push_back(static_cast<int32_t>(seqs.size() - 1 - s));
+  meta.block_table = table;
+  meta.block_table_stride = widest;
   const int64_t real = meta.query_start.back();
   meta.num_actual_tokens = real;
   const int64_t rows = real + c.padded_rows;

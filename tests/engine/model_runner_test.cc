@@ -47,14 +47,17 @@ TEST(ModelRunnerTest, BuildsMetadataWithDecodesFirst) {
   EXPECT_EQ(full.num_decode_tokens, 1);
   EXPECT_EQ(full.query_start, (std::vector<int64_t>{0, 1, 5}));
   EXPECT_EQ(full.seq_lens, (std::vector<int64_t>{33, 20}));
-  const std::vector<int32_t>& decode_blocks = blocks.block_ids(1)[0];
-  const std::vector<int32_t>& prefill_blocks = blocks.block_ids(0)[0];
+  const std::span<const int32_t> decode_blocks = blocks.block_ids(1, 0);
+  const std::span<const int32_t> prefill_blocks = blocks.block_ids(0, 0);
   EXPECT_EQ(full.slot_mapping[0], int64_t{decode_blocks[2]} * 16 + 0);
   EXPECT_EQ(full.slot_mapping[1], int64_t{prefill_blocks[1]} * 16 + 0);
-  EXPECT_EQ(full.block_table_stride, 3);
-  EXPECT_EQ(full.block_table[3 + 2], 0);  // the shorter table is padded with the null block
+  // Each sequence's table row is its request's row of the manager's table, in execution order.
+  EXPECT_EQ(full.block_table_stride, 4);  // 64 tokens in blocks of 16
+  ASSERT_EQ(full.block_table_rows.size(), 2u);
+  EXPECT_TRUE(std::equal(decode_blocks.begin(), decode_blocks.end(), full.blocks_of(0)));
+  EXPECT_TRUE(std::equal(prefill_blocks.begin(), prefill_blocks.end(), full.blocks_of(1)));
   const AttentionMetadata& sliding = seen.group_metadata[1];
-  EXPECT_EQ(sliding.slot_mapping[1], int64_t{blocks.block_ids(0)[1][0]} * 32 + 16);
+  EXPECT_EQ(sliding.slot_mapping[1], int64_t{blocks.block_ids(0, 1)[0]} * 32 + 16);
   // Logits: every row of the prefill (it asked for all), the last of the decode; caller's order.
   EXPECT_EQ(output.num_rows, (std::vector<int64_t>{4, 1}));
   EXPECT_EQ(output.logits.at<float>({output.first_row[0], 0}), 10.0f);

@@ -72,7 +72,7 @@ TEST(SchedulerTest, MaxNumSeqsKeepsTheRestWaiting) {
 
 TEST(SchedulerTest, PreemptsTheNewestWhenBlocksRunOut) {
   // 12 usable blocks; each request takes a full and a sliding block per 4 tokens.
-  const KvCachePlan plan = small_plan(13, /*max_model_len=*/16);
+  const KvCachePlan plan = small_plan(13, /*max_model_len=*/20);
   KvCacheManager blocks(plan);
   Scheduler scheduler({}, blocks);
   SchedulerRequest a = request(1, 8);  // 4 blocks

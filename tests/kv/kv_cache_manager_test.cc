@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "core/error.h"
 #include "kv/kv_test_configs.h"
 
 namespace pagoda {
@@ -28,17 +29,17 @@ KvCachePlan plan_for(const ModelConfig& model, int64_t num_blocks, int64_t max_m
 TEST(KvCacheManagerTest, CoversTokensInEveryGroup) {
   // Full head 16 and sliding head 8: the sliding group's blocks hold twice the tokens.
   const ModelConfig model = model_of({full_layer(1, 16), sliding_layer(1, 8, 64)});
-  const KvCachePlan plan = plan_kv_cache(kv_layers(model), {.num_blocks = 10, .max_model_len = 64});
+  const KvCachePlan plan = plan_kv_cache(kv_layers(model), {.num_blocks = 7, .max_model_len = 64});
   KvCacheManager manager(plan);
   ASSERT_TRUE(manager.allocate_slots(7, 17));
-  EXPECT_EQ(manager.block_ids(7)[0].size(), 2u);  // 17 tokens in blocks of 16
-  EXPECT_EQ(manager.block_ids(7)[1].size(), 1u);  // and of 32
-  EXPECT_EQ(manager.num_free_blocks(), 9 - 3);
+  EXPECT_EQ(manager.block_ids(7, 0).size(), 2u);  // 17 tokens in blocks of 16
+  EXPECT_EQ(manager.block_ids(7, 1).size(), 1u);  // and of 32
+  EXPECT_EQ(manager.num_free_blocks(), 6 - 3);
   EXPECT_EQ(manager.blocks_needed(7, 40), 1 + 1);
-  EXPECT_FALSE(manager.allocate_slots(8, 200));  // too many: nothing taken
-  EXPECT_EQ(manager.num_free_blocks(), 6);
+  EXPECT_FALSE(manager.allocate_slots(8, 64));  // too many: nothing taken
+  EXPECT_EQ(manager.num_free_blocks(), 3);
   manager.free(7);
-  EXPECT_EQ(manager.num_free_blocks(), 9);
+  EXPECT_EQ(manager.num_free_blocks(), 6);
 }
 
 TEST(KvCacheManagerTest, SharedPrefixReusesBlocks) {
@@ -53,7 +54,7 @@ TEST(KvCacheManagerTest, SharedPrefixReusesBlocks) {
   const PrefixHit hit = manager.find_cached_prefix(b, {});
   EXPECT_EQ(hit.num_tokens, 8);
   ASSERT_EQ(hit.blocks[0].size(), 2u);
-  EXPECT_EQ(hit.blocks[0][0], manager.block_ids(1)[0][0]);
+  EXPECT_EQ(hit.blocks[0][0], manager.block_ids(1, 0)[0]);
   const int64_t free_before = manager.num_free_blocks();
   manager.adopt_prefix(2, hit);
   ASSERT_TRUE(manager.allocate_slots(2, 12));
@@ -78,31 +79,61 @@ TEST(KvCacheManagerTest, SlidingGroupsNeedOnlyTheirWindow) {
   const std::vector<int32_t> a = tokens(12);
   ASSERT_TRUE(manager.allocate_slots(1, 12));
   manager.cache_full_blocks(1, a, 12, {});
-  const int32_t sliding_block_1 = manager.block_ids(1)[1][1];
+  const int32_t sliding_block_1 = manager.block_ids(1, 1)[1];
   // The next query (position 12) sees tokens 8..12: sliding blocks 0 and 1 are freed.
   manager.free_outside_window(1, 12);
-  EXPECT_EQ(manager.block_ids(1)[1][0], 0);
-  EXPECT_EQ(manager.block_ids(1)[1][1], 0);
-  EXPECT_NE(manager.block_ids(1)[1][2], 0);
+  EXPECT_EQ(manager.block_ids(1, 1)[0], 0);
+  EXPECT_EQ(manager.block_ids(1, 1)[1], 0);
+  EXPECT_NE(manager.block_ids(1, 1)[2], 0);
   EXPECT_EQ(manager.num_free_blocks(), 5 + 2);
   // Another request takes six blocks: the five never used, then the freed sliding block 1 (the
   // freed cached blocks are evicted last, tail first).
   ASSERT_TRUE(manager.allocate_slots(9, 12));
   EXPECT_EQ(manager.num_free_blocks(), 1);
-  const auto& taken = manager.block_ids(9);
-  EXPECT_TRUE(std::count(taken[0].begin(), taken[0].end(), sliding_block_1) +
-                  std::count(taken[1].begin(), taken[1].end(), sliding_block_1) ==
-              1);
+  const std::span<const int32_t> taken_full = manager.block_ids(9, 0);
+  const std::span<const int32_t> taken_sliding = manager.block_ids(9, 1);
+  EXPECT_EQ(std::count(taken_full.begin(), taken_full.end(), sliding_block_1) +
+                std::count(taken_sliding.begin(), taken_sliding.end(), sliding_block_1),
+            1);
   // Full blocks 0..2 and sliding block 2 are still cached: the whole 12-token prefix hits,
   // although sliding block 1 is gone.
   std::vector<int32_t> b = a;
   b.push_back(77);
   const PrefixHit hit = manager.find_cached_prefix(b, {});
   EXPECT_EQ(hit.num_tokens, 12);
-  EXPECT_EQ(hit.blocks[1], (std::vector<int32_t>{0, 0, manager.block_ids(1)[1][2]}));
+  EXPECT_EQ(hit.blocks[1], (std::vector<int32_t>{0, 0, manager.block_ids(1, 1)[2]}));
   manager.free(9);
   manager.free(1);
   EXPECT_EQ(manager.num_free_blocks(), 11);
+}
+
+TEST(KvCacheManagerTest, TablesKeepRowsAcrossGrowthAndReuseFreedOnes) {
+  const KvCachePlan plan = plan_for(model_of({full_layer(1, 8)}), 60);
+  KvCacheManager manager(plan);
+  EXPECT_EQ(manager.table_stride(0), 16);  // 64 tokens in blocks of 4
+  // More requests than the first rows: the tables grow and keep every row's blocks.
+  std::vector<std::vector<int32_t>> expected;
+  for (int id = 0; id < 9; ++id) {
+    ASSERT_TRUE(manager.allocate_slots(id, 4 + id));
+    const std::span<const int32_t> blocks = manager.block_ids(id, 0);
+    expected.emplace_back(blocks.begin(), blocks.end());
+  }
+  for (int id = 0; id < 9; ++id) {
+    const std::span<const int32_t> blocks = manager.block_ids(id, 0);
+    EXPECT_EQ(std::vector<int32_t>(blocks.begin(), blocks.end()), expected[id]);
+    const int32_t* row = manager.table_data(0).data() + manager.table_row(id) * 16;
+    EXPECT_TRUE(std::equal(blocks.begin(), blocks.end(), row));
+  }
+  // A freed request's row goes to the next request, cleared.
+  const int32_t row = manager.table_row(8);
+  manager.free(8);
+  ASSERT_TRUE(manager.allocate_slots(20, 1));
+  EXPECT_EQ(manager.table_row(20), row);
+  EXPECT_EQ(manager.table_data(0)[row * 16 + 1], 0);
+  EXPECT_THROW(manager.allocate_slots(21, 65), InternalError);  // past max_model_len
+  for (int id : {0, 1, 2, 3, 4, 5, 6, 7, 20})
+    manager.free(id);
+  EXPECT_EQ(manager.num_free_blocks(), 59);
 }
 
 }  // namespace

@@ -71,13 +71,13 @@ TEST(Gemma4AssistantTest, DraftsLikeTransformers) {
     draft_batch.kv_cache = &assistant_views;
     draft_batch.layer_groups = &assistant_groups;
     for (size_t g = 0; g < setup.plan.groups.size(); ++g) {
-      const std::vector<int32_t>& table = blocks.block_ids(0)[g];
       AttentionMetadata meta;
       meta.num_actual_tokens = 1;
       meta.query_start = {0, 1};
       meta.seq_lens = {length};
-      meta.block_table = table;
-      meta.block_table_stride = static_cast<int64_t>(table.size());
+      meta.block_table = blocks.table_data(g);
+      meta.block_table_stride = blocks.table_stride(g);
+      meta.block_table_rows = {blocks.table_row(0)};
       meta.slot_mapping = {-1};
       draft_batch.group_metadata.push_back(meta);
     }

@@ -122,8 +122,7 @@ void cpu_paged_attention(const AttentionLayerParams& params, const Tensor& query
       const int64_t t = item / params.num_q_heads;
       const int64_t h = item % params.num_q_heads;
       const float* q = query.data<float>() + t * query.stride(0) + h * query.stride(1);
-      const int32_t* block_row =
-          metadata.block_table.data() + row_seq[t] * metadata.block_table_stride;
+      const int32_t* block_row = metadata.blocks_of(row_seq[t]);
       float* out = output.data<float>() + t * params.num_q_heads * params.head_size_v +
                    h * params.head_size_v;
       attend(params, q, h / group, h, row_position[t], block_row, cache, scores, row, out);
