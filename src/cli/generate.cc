@@ -182,7 +182,7 @@ nlohmann::json result_json(const GenerationResult& result, const GenerationReque
   } else {
     out["prompt_logprobs"] = nullptr;
   }
-  out["finish_reason"] = result.finish_reason;
+  out["finish_reason"] = to_string(result.finish_reason);
   return out;
 }
 

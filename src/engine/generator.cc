@@ -59,6 +59,20 @@ SampledToken next_token(const float* logits, const float* logprobs, int64_t voca
 
 }  // namespace
 
+std::string_view to_string(FinishReason reason) {
+  switch (reason) {
+    case FinishReason::kNone:
+      return "";
+    case FinishReason::kStop:
+      return "stop";
+    case FinishReason::kLength:
+      return "length";
+    case FinishReason::kAbort:
+      return "abort";
+  }
+  return "";
+}
+
 Engine::Engine(CausalLm& model, const KvCachePlan& plan, const KvCache& cache,
                const GeneratorConfig& config)
     : plan_(plan),
@@ -83,19 +97,31 @@ int64_t Engine::add_request(GenerationRequest request) {
   return id;
 }
 
-void Engine::abort(int64_t id) {
+const Engine::Entry& Engine::entry(int64_t id) const {
   const auto it = entries_.find(id);
   if (it == entries_.end()) fail("no request {}", id);
-  if (!it->second.result.finish_reason.empty()) return;  // already finished
-  it->second.result.finish_reason = "abort";
-  scheduler_.remove(id);
+  return it->second;
+}
+
+void Engine::abort(int64_t id) {
+  Entry& aborted = const_cast<Entry&>(entry(id));
+  if (aborted.state.status == RequestStatus::kFinished) return;
+  aborted.result.finish_reason = FinishReason::kAbort;
+  scheduler_.remove(&aborted.state);
   aborted_.push_back(id);
 }
 
 const GenerationResult& Engine::result(int64_t id) const {
-  const auto it = entries_.find(id);
-  if (it == entries_.end()) fail("no request {}", id);
-  return it->second.result;
+  return entry(id).result;
+}
+
+RequestStatus Engine::status(int64_t id) const {
+  return entry(id).state.status;
+}
+
+void Engine::release(int64_t id) {
+  if (status(id) != RequestStatus::kFinished) fail("request {} has not finished", id);
+  entries_.erase(id);
 }
 
 GenerationStats Engine::stats() const {
@@ -109,7 +135,7 @@ GenerationStats Engine::stats() const {
 std::vector<RequestDelta> Engine::step() {
   std::vector<RequestDelta> deltas;
   for (int64_t id : aborted_)
-    deltas.push_back({.request_id = id, .finish_reason = "abort"});
+    deltas.push_back({.request_id = id, .finish_reason = FinishReason::kAbort});
   aborted_.clear();
   if (!scheduler_.has_requests()) return deltas;
   const std::vector<ScheduledChunk> chunks = scheduler_.schedule();
@@ -167,13 +193,13 @@ std::vector<RequestDelta> Engine::step() {
     const int64_t generated = static_cast<int64_t>(result.tokens.size());
     if ((!params.ignore_eos && contains(config_.eos_token_ids, token.token_id)) ||
         contains(params.stop_token_ids, token.token_id)) {
-      result.finish_reason = "stop";
+      result.finish_reason = FinishReason::kStop;
     } else if (generated >= params.max_tokens) {
-      result.finish_reason = "length";
+      result.finish_reason = FinishReason::kLength;
     }
-    if (!result.finish_reason.empty()) {
+    if (result.finish_reason != FinishReason::kNone) {
       delta.finish_reason = result.finish_reason;
-      scheduler_.remove(state.id);
+      scheduler_.remove(&state);
     }
     deltas.push_back(std::move(delta));
   }

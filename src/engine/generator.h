@@ -7,6 +7,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "engine/model_runner.h"
@@ -20,6 +21,11 @@ struct GenerationRequest {
   SamplingParams params;
 };
 
+// Why a request ended: kNone while it runs.
+enum class FinishReason { kNone, kStop, kLength, kAbort };
+// "stop", "length", "abort" (as OpenAI's API names them), or "" for kNone.
+std::string_view to_string(FinishReason reason);
+
 struct PromptLogprob {
   float logprob = 0.0f;  // of the prompt token itself
   std::vector<TokenLogprob> top;
@@ -32,7 +38,7 @@ struct GenerationResult {
   std::vector<SampledToken> tokens;
   // One per prompt token; the first is empty (nothing predicts it).
   std::vector<std::optional<PromptLogprob>> prompt_logprobs;
-  std::string finish_reason;  // "length" or "stop"
+  FinishReason finish_reason = FinishReason::kNone;
 };
 
 struct GeneratorConfig {
@@ -58,7 +64,7 @@ struct GenerationStats {
 struct RequestDelta {
   int64_t request_id = 0;
   std::vector<SampledToken> new_tokens;
-  std::string finish_reason;  // empty while running; "stop", "length" or "abort"
+  FinishReason finish_reason = FinishReason::kNone;
 };
 
 // The step loop: requests can be added and aborted between steps; each step returns deltas.
@@ -76,6 +82,10 @@ class Engine {
   std::vector<RequestDelta> step();
   // Everything a request has produced so far.
   const GenerationResult& result(int64_t id) const;
+  RequestStatus status(int64_t id) const;
+  // Forgets a finished request (its result included), so a long-running engine does not keep
+  // every request it has seen.
+  void release(int64_t id);
   GenerationStats stats() const;
   int64_t num_free_blocks() const { return blocks_.num_free_blocks(); }
 
@@ -86,6 +96,8 @@ class Engine {
     SchedulerRequest state;
     SamplerRng rng{0};
   };
+
+  const Entry& entry(int64_t id) const;  // Error when there is no request `id`
 
   const KvCachePlan& plan_;
   GeneratorConfig config_;

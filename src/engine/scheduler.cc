@@ -16,19 +16,24 @@ Scheduler::Scheduler(const SchedulerConfig& config, KvCacheManager& blocks)
 }
 
 void Scheduler::add(SchedulerRequest* request) {
+  request->status = RequestStatus::kWaiting;
   waiting_.push_back(request);
 }
 
-void Scheduler::remove(int64_t id) {
-  auto matches = [id](const SchedulerRequest* r) { return r->id == id; };
-  running_.erase(std::remove_if(running_.begin(), running_.end(), matches), running_.end());
-  waiting_.erase(std::remove_if(waiting_.begin(), waiting_.end(), matches), waiting_.end());
-  blocks_.free(id);
+void Scheduler::remove(SchedulerRequest* request) {
+  if (request->status == RequestStatus::kRunning) {
+    running_.erase(std::find(running_.begin(), running_.end(), request));
+  } else if (request->status != RequestStatus::kFinished) {
+    waiting_.erase(std::find(waiting_.begin(), waiting_.end(), request));
+  }
+  blocks_.free(request->id);
+  request->status = RequestStatus::kFinished;
 }
 
 void Scheduler::preempt(SchedulerRequest* request) {
   blocks_.free(request->id);
   request->num_computed = 0;
+  request->status = RequestStatus::kPreempted;
   waiting_.push_front(request);
   ++preemptions_;
 }
@@ -84,6 +89,7 @@ std::vector<ScheduledChunk> Scheduler::schedule() {
     }
     waiting_.pop_front();
     running_.push_back(request);
+    request->status = RequestStatus::kRunning;
     chunks.push_back({request, request->num_computed, count});
     budget -= count;
   }

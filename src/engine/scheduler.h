@@ -18,9 +18,14 @@ struct SchedulerConfig {
   bool enable_prefix_caching = true;
 };
 
+// Where a request is. The scheduler moves it between waiting, running and preempted (waiting
+// again after its blocks were taken); its owner marks it finished.
+enum class RequestStatus { kWaiting, kRunning, kPreempted, kFinished };
+
 // What the scheduler knows of a request. Owned by the caller; the scheduler keeps pointers.
 struct SchedulerRequest {
   int64_t id = 0;
+  RequestStatus status = RequestStatus::kWaiting;
   std::vector<int32_t> tokens;  // the prompt, then every token generated so far
   int64_t num_computed = 0;     // tokens whose K/V are in the cache
   bool cacheable = true;        // false: never start from a prefix hit (prompt logprobs wanted)
@@ -38,8 +43,8 @@ class Scheduler {
   Scheduler(const SchedulerConfig& config, KvCacheManager& blocks);
 
   void add(SchedulerRequest* request);
-  // Drops a finished or aborted request wherever it is and frees its blocks.
-  void remove(int64_t id);
+  // Drops a request wherever it is, frees its blocks and marks it finished.
+  void remove(SchedulerRequest* request);
   // This step's work; blocks for it are reserved. Empty only when nothing can run.
   std::vector<ScheduledChunk> schedule();
   // After the forward pass: advances the chunks' requests, records their full blocks in the

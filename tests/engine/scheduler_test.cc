@@ -47,8 +47,8 @@ TEST(SchedulerTest, BudgetSplitsPromptsIntoChunks) {
   EXPECT_EQ(step[1].first, 3);
   EXPECT_EQ(step[1].num_tokens, 6);
   scheduler.complete(step);
-  scheduler.remove(1);
-  scheduler.remove(2);
+  scheduler.remove(&a);
+  scheduler.remove(&b);
   EXPECT_EQ(blocks.num_free_blocks(), 99);
 }
 
@@ -65,8 +65,12 @@ TEST(SchedulerTest, MaxNumSeqsKeepsTheRestWaiting) {
   EXPECT_EQ(step.size(), 2u);
   EXPECT_EQ(scheduler.num_running(), 2);
   EXPECT_EQ(scheduler.num_waiting(), 1);
-  for (SchedulerRequest& r : requests)
-    scheduler.remove(r.id);
+  EXPECT_EQ(requests[1].status, RequestStatus::kRunning);
+  EXPECT_EQ(requests[2].status, RequestStatus::kWaiting);
+  for (SchedulerRequest& r : requests) {
+    scheduler.remove(&r);
+    EXPECT_EQ(r.status, RequestStatus::kFinished);
+  }
   EXPECT_EQ(blocks.num_free_blocks(), 99);
 }
 
@@ -74,7 +78,7 @@ TEST(SchedulerTest, PreemptsTheNewestWhenBlocksRunOut) {
   // 12 usable blocks; each request takes a full and a sliding block per 4 tokens.
   const KvCachePlan plan = small_plan(13, /*max_model_len=*/20);
   KvCacheManager blocks(plan);
-  Scheduler scheduler({}, blocks);
+  Scheduler scheduler({.enable_prefix_caching = false}, blocks);
   SchedulerRequest a = request(1, 8);  // 4 blocks
   SchedulerRequest b = request(2, 8);  // 4 blocks
   scheduler.add(&a);
@@ -89,10 +93,18 @@ TEST(SchedulerTest, PreemptsTheNewestWhenBlocksRunOut) {
   EXPECT_EQ(step[0].request, &a);
   EXPECT_EQ(scheduler.num_preemptions(), 1);
   EXPECT_EQ(b.num_computed, 0);
+  EXPECT_EQ(b.status, RequestStatus::kPreempted);
   EXPECT_EQ(scheduler.num_waiting(), 1);
   scheduler.complete(step);
-  scheduler.remove(1);
-  scheduler.remove(2);
+  // Once a finishes, b is scheduled again from its first token.
+  scheduler.remove(&a);
+  const std::vector<ScheduledChunk> resumed = scheduler.schedule();
+  ASSERT_EQ(resumed.size(), 1u);
+  EXPECT_EQ(resumed[0].request, &b);
+  EXPECT_EQ(resumed[0].first, 0);
+  EXPECT_EQ(b.status, RequestStatus::kRunning);
+  scheduler.complete(resumed);
+  scheduler.remove(&b);
   EXPECT_EQ(blocks.num_free_blocks(), 12);
 }
 
@@ -105,7 +117,7 @@ TEST(SchedulerTest, AbortAtEveryStageFreesBlocks) {
     scheduler.add(&r);
     if (stage >= 1) scheduler.complete(scheduler.schedule());  // mid-prefill
     if (stage >= 2) scheduler.complete(scheduler.schedule());
-    scheduler.remove(1);
+    scheduler.remove(&r);
     EXPECT_FALSE(scheduler.has_requests()) << "stage " << stage;
     EXPECT_EQ(blocks.num_free_blocks(), 99) << "stage " << stage;
   }

@@ -202,12 +202,16 @@ TEST(EngineTest, AddAndAbortBetweenSteps) {
       }
     }
   }
+  EXPECT_EQ(engine.status(first), RequestStatus::kRunning);
   engine.abort(doomed);
   const int64_t late = engine.add_request(request_for(prompts[1]));
+  EXPECT_EQ(engine.status(late), RequestStatus::kWaiting);
+  EXPECT_THROW(engine.release(late), Error);  // not finished
   bool saw_abort = false;
   while (engine.has_unfinished()) {
     for (const RequestDelta& delta : engine.step()) {
-      saw_abort = saw_abort || (delta.request_id == doomed && delta.finish_reason == "abort");
+      saw_abort =
+          saw_abort || (delta.request_id == doomed && delta.finish_reason == FinishReason::kAbort);
       if (delta.request_id == first) {
         for (const SampledToken& token : delta.new_tokens)
           streamed.push_back(token.token_id);
@@ -215,12 +219,15 @@ TEST(EngineTest, AddAndAbortBetweenSteps) {
     }
   }
   EXPECT_TRUE(saw_abort);
-  EXPECT_EQ(engine.result(doomed).finish_reason, "abort");
+  EXPECT_EQ(engine.result(doomed).finish_reason, FinishReason::kAbort);
+  EXPECT_EQ(engine.status(doomed), RequestStatus::kFinished);
   EXPECT_EQ(streamed, prompts[3]["greedy_token_ids"].get<std::vector<int32_t>>());
   EXPECT_EQ(token_ids(engine.result(late)),
             prompts[1]["greedy_token_ids"].get<std::vector<int32_t>>());
   EXPECT_EQ(engine.num_free_blocks(), fixture->cache.plan.num_blocks - kNullBlocks);
   EXPECT_THROW(engine.abort(99), Error);
+  engine.release(first);
+  EXPECT_THROW(engine.result(first), Error);
 }
 
 TEST(GeneratorTest, ChunkedPrefillKeepsPromptLogprobs) {
@@ -276,8 +283,8 @@ TEST(GeneratorTest, StopsAtEndOfSequence) {
   while (full.tokens[first].token_id != full.tokens[3].token_id)
     ++first;
   EXPECT_EQ(stopped.tokens.size(), first + 1);
-  EXPECT_EQ(stopped.finish_reason, "stop");
-  EXPECT_EQ(full.finish_reason, "length");
+  EXPECT_EQ(stopped.finish_reason, FinishReason::kStop);
+  EXPECT_EQ(full.finish_reason, FinishReason::kLength);
 }
 
 }  // namespace
