@@ -4,6 +4,7 @@
 
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <random>
 
 #include "engine/cache_setup.h"
 #include "engine/generator.h"
@@ -179,6 +180,73 @@ TEST(GeneratorTest, ContinuousBatchingChangesNoToken) {
     } else if (!c.scheduler.enable_prefix_caching) {
       EXPECT_EQ(stats.prefix_hit_tokens, 0);
     }
+  }
+}
+
+// Seeded sampling with every parameter: each request's tokens are the ones it gets alone, whatever
+// the batch, the chunking, the prefix cache or preemptions do around it.
+TEST(GeneratorTest, SeededSamplingIgnoresBatching) {
+  auto fixture = load_fixture("llama-tiny");
+  std::mt19937 rng(7);
+  auto pick = [&](std::initializer_list<double> options) {
+    return *(options.begin() + rng() % options.size());
+  };
+  auto random_tokens = [&](int count) {
+    std::vector<int32_t> ids;
+    for (int i = 0; i < count; ++i)
+      ids.push_back(static_cast<int32_t>(3 + rng() % 250));
+    return ids;
+  };
+  const std::vector<int32_t> shared = random_tokens(24);
+  std::vector<GenerationRequest> requests;
+  for (int r = 0; r < 30; ++r) {
+    GenerationRequest request;
+    if (r % 2 == 0) request.prompt_token_ids.assign(shared.begin(), shared.begin() + rng() % 24);
+    const std::vector<int32_t> own = random_tokens(1 + static_cast<int>(rng() % 40));
+    request.prompt_token_ids.insert(request.prompt_token_ids.end(), own.begin(), own.end());
+    SamplingParams& params = request.params;
+    params.temperature = pick({0.0, 0.7, 1.5});
+    params.top_k = static_cast<int64_t>(pick({0, 5}));
+    params.top_p = pick({1.0, 0.9});
+    params.min_p = pick({0.0, 0.1});
+    params.presence_penalty = pick({0.0, 0.5});
+    params.frequency_penalty = pick({0.0, 0.3});
+    params.repetition_penalty = pick({1.0, 1.3});
+    params.max_tokens = static_cast<int64_t>(pick({1, 6, 20}));
+    params.min_tokens = std::min<int64_t>(params.max_tokens, static_cast<int64_t>(pick({0, 3})));
+    params.seed = rng() % 1000;
+    if (r % 5 == 0) params.stop_token_ids = {static_cast<int32_t>(3 + rng() % 250)};
+    requests.push_back(request);
+  }
+  auto tokens_of = [](const std::vector<GenerationResult>& results) {
+    std::vector<std::vector<int32_t>> tokens;
+    for (const GenerationResult& result : results)
+      tokens.push_back(token_ids(result));
+    return tokens;
+  };
+  const auto alone =
+      tokens_of(run(*fixture, requests, {.max_num_seqs = 1, .enable_prefix_caching = false}));
+  struct Case {
+    const char* label;
+    SchedulerConfig scheduler;
+    int64_t num_blocks;
+  };
+  const Case cases[] = {
+      {"one batch", {}, 200},
+      {"chunks of 7 tokens", {.max_num_seqs = 8, .max_num_batched_tokens = 7}, 200},
+      {"a pool that forces preemption", {.max_num_batched_tokens = 64}, 33},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.label);
+    CacheFlags flags;
+    flags.num_blocks = c.num_blocks;
+    flags.block_size = 4;
+    flags.max_model_len = 128;
+    fixture->cache = plan_cache(fixture->config, nullptr, flags);
+    fixture->memory = allocate_kv_cache(fixture->cache.plan, Device::cpu());
+    GenerationStats stats;
+    EXPECT_EQ(tokens_of(run(*fixture, requests, c.scheduler, &stats)), alone);
+    if (c.num_blocks == 33) EXPECT_GT(stats.preemptions, 0);
   }
 }
 
