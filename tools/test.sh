@@ -7,6 +7,8 @@ cd "$(dirname "$0")/.."
 source tools/install_deps.sh
 pagoda_install_deps
 mkdir -p build
+echo "== JavaScript peers (tokenizers, chat templates)"
+bash tools/peers/setup.sh
 
 echo "== normal build"
 pagoda_build build/release

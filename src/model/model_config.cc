@@ -2,12 +2,11 @@
 
 #include <fmt/ranges.h>
 
-#include <fstream>
 #include <functional>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "core/error.h"
+#include "core/files.h"
 #include "model/arch/arch_configs.h"
 
 namespace pagoda {
@@ -131,17 +130,7 @@ ModelConfig parse_model_config(const nlohmann::json& json, const std::string& so
 
 ModelConfig load_model_config(const std::string& model_dir) {
   const std::string path = model_dir + "/config.json";
-  std::ifstream file(path);
-  if (!file) fail("cannot read '{}': no such file or not readable", path);
-  std::stringstream contents;
-  contents << file.rdbuf();
-  nlohmann::json json;
-  try {
-    json = nlohmann::json::parse(contents.str());
-  } catch (const nlohmann::json::parse_error& error) {
-    fail("{}: malformed JSON at byte {}: {}", path, error.byte, error.what());
-  }
-  return parse_model_config(json, path);
+  return parse_model_config(read_json_file(path), path);
 }
 
 std::string attention_layer_name(int64_t index) {

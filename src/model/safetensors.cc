@@ -5,12 +5,11 @@
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "core/error.h"
+#include "core/files.h"
 
 namespace pagoda {
 namespace {
@@ -99,18 +98,6 @@ void check_no_overlap(const std::string& path, std::vector<SafetensorsEntry> ent
   }
 }
 
-nlohmann::json parse_json_file(const std::string& path) {
-  std::ifstream file(path);
-  if (!file) fail("cannot read '{}'", path);
-  std::stringstream text;
-  text << file.rdbuf();
-  try {
-    return nlohmann::json::parse(text.str());
-  } catch (const nlohmann::json::parse_error& error) {
-    fail("{}: malformed JSON at byte {}", path, error.byte);
-  }
-}
-
 }  // namespace
 
 DType parse_safetensors_dtype(const std::string& name) {
@@ -163,7 +150,7 @@ Checkpoint Checkpoint::open(const std::string& model_dir) {
   std::map<std::string, std::string> expected_file;  // from the index
   std::vector<std::string> files;
   if (fs::exists(index_path)) {
-    const nlohmann::json index = parse_json_file(index_path);
+    const nlohmann::json index = read_json_file(index_path);
     const auto map = index.find("weight_map");
     if (!index.is_object() || map == index.end() || !map->is_object()) {
       fail("{}: needs a weight_map object", index_path);
