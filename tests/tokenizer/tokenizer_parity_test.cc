@@ -12,7 +12,6 @@ namespace pagoda {
 namespace {
 
 using testing::peer_output;
-using testing::peer_tokenizer_dir;
 
 class TokenizerParityTest : public ::testing::TestWithParam<const char*> {};
 
@@ -25,7 +24,7 @@ TEST_P(TokenizerParityTest, MatchesThePeerOnTheCorpus) {
   const std::string data = peer_output("tokenize-" + name + ".jsonl");
   std::ifstream file(data);
   ASSERT_TRUE(file) << data;
-  const Tokenizer tokenizer = Tokenizer::load(peer_tokenizer_dir(name));
+  const Tokenizer& tokenizer = testing::peer_tokenizer(name);
   int64_t cases = 0, failures = 0;
   std::string line;
   while (std::getline(file, line)) {
@@ -59,7 +58,7 @@ TEST_P(TokenizerParityTest, MatchesThePeerOnTheCorpus) {
 }
 
 INSTANTIATE_TEST_SUITE_P(RealTokenizers, TokenizerParityTest,
-                         ::testing::Values("qwen3", "gemma3", "llama3", "deepseek_v3"));
+                         ::testing::ValuesIn(testing::kPeerTokenizers));
 
 }  // namespace
 }  // namespace pagoda
