@@ -3,11 +3,14 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <chrono>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "cli/cache_flags.h"
+#include "cli/prompts.h"
 #include "core/error.h"
 #include "engine/generator.h"
 #include "engine/sampling_params.h"
@@ -17,8 +20,12 @@ namespace {
 
 struct GenerateOptions {
   std::string model_dir;
+  std::string tokenizer_dir;            // empty: the model's
+  std::vector<std::string> prompts;     // text
   std::vector<std::string> prompt_ids;  // each "1,2,3"
-  std::string prompts_file;  // JSONL: [ids], or {"prompt_token_ids": [ids], sampling fields...}
+  std::string prompts_file;   // JSONL: [ids], or {"prompt_token_ids"|"prompt"|"messages", ...}
+  std::string messages_file;  // a JSON list of chat messages
+  bool chat = false;          // text prompts are single user messages through the chat template
   SamplingParams sampling{.temperature = 0.0};  // defaults for every request: greedy
   std::optional<uint64_t> request_seed;
   uint64_t seed = 0;  // dummy weights and unseeded requests
@@ -32,119 +39,6 @@ struct GenerateOptions {
   CacheFlags cache;
 };
 
-std::vector<int32_t> parse_id_list(const std::string& text) {
-  std::vector<int32_t> ids;
-  size_t start = 0;
-  while (start <= text.size()) {
-    const size_t comma = text.find(',', start);
-    const std::string item =
-        text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
-    size_t used = 0;
-    long long value = 0;
-    try {
-      value = std::stoll(item, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (item.empty() || used != item.size() || value < 0 || value > INT32_MAX) {
-      fail("--prompt-ids '{}': '{}' is not a token id", text, item);
-    }
-    ids.push_back(static_cast<int32_t>(value));
-    if (comma == std::string::npos) break;
-    start = comma + 1;
-  }
-  return ids;
-}
-
-std::vector<int32_t> read_ids(const nlohmann::json& value, const std::string& where) {
-  if (!value.is_array()) fail("{}: expected a list of token ids", where);
-  std::vector<int32_t> ids;
-  for (const auto& id : value) {
-    if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() > INT32_MAX) {
-      fail("{}: {} is not a token id", where, id.dump());
-    }
-    ids.push_back(static_cast<int32_t>(id.get<int64_t>()));
-  }
-  return ids;
-}
-
-// Sampling fields of a request object over the command line's defaults.
-SamplingParams read_sampling(const nlohmann::json& object, SamplingParams params,
-                             const std::string& where) {
-  for (const auto& [key, value] : object.items()) {
-    auto number = [&]() {
-      if (!value.is_number()) fail("{}: '{}' must be a number; got {}", where, key, value.dump());
-      return value.get<double>();
-    };
-    auto integer = [&]() {
-      if (!value.is_number_integer()) {
-        fail("{}: '{}' must be an integer; got {}", where, key, value.dump());
-      }
-      return value.get<int64_t>();
-    };
-    if (key == "prompt_token_ids") continue;
-    if (key == "temperature")
-      params.temperature = number();
-    else if (key == "top_k")
-      params.top_k = integer();
-    else if (key == "top_p")
-      params.top_p = number();
-    else if (key == "min_p")
-      params.min_p = number();
-    else if (key == "seed")
-      params.seed = static_cast<uint64_t>(integer());
-    else if (key == "max_tokens")
-      params.max_tokens = integer();
-    else if (key == "min_tokens")
-      params.min_tokens = integer();
-    else if (key == "presence_penalty")
-      params.presence_penalty = number();
-    else if (key == "frequency_penalty")
-      params.frequency_penalty = number();
-    else if (key == "repetition_penalty")
-      params.repetition_penalty = number();
-    else if (key == "logprobs")
-      params.logprobs = integer();
-    else if (key == "prompt_logprobs")
-      params.prompt_logprobs = integer();
-    else if (key == "stop_token_ids")
-      params.stop_token_ids = read_ids(value, where + " stop_token_ids");
-    else if (key == "ignore_eos") {
-      if (!value.is_boolean()) fail("{}: 'ignore_eos' must be true or false", where);
-      params.ignore_eos = value.get<bool>();
-    } else {
-      fail("{}: unknown request field '{}'", where, key);
-    }
-  }
-  return params;
-}
-
-std::vector<GenerationRequest> read_prompts_file(const std::string& path,
-                                                 const SamplingParams& defaults) {
-  std::ifstream file(path);
-  if (!file) fail("cannot read prompts file '{}'", path);
-  std::vector<GenerationRequest> requests;
-  std::string line;
-  for (int number = 1; std::getline(file, line); ++number) {
-    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    const std::string where = path + ":" + std::to_string(number);
-    nlohmann::json value;
-    try {
-      value = nlohmann::json::parse(line);
-    } catch (const nlohmann::json::parse_error&) {
-      fail("{}: not valid JSON", where);
-    }
-    if (value.is_object()) {
-      if (!value.contains("prompt_token_ids")) fail("{}: no prompt_token_ids", where);
-      requests.push_back(
-          {read_ids(value["prompt_token_ids"], where), read_sampling(value, defaults, where)});
-    } else {
-      requests.push_back({read_ids(value, where), defaults});
-    }
-  }
-  return requests;
-}
-
 nlohmann::json logprob_list(const std::vector<TokenLogprob>& top) {
   nlohmann::json list = nlohmann::json::array();
   for (const TokenLogprob& entry : top) {
@@ -153,7 +47,8 @@ nlohmann::json logprob_list(const std::vector<TokenLogprob>& top) {
   return list;
 }
 
-nlohmann::json result_json(const GenerationResult& result, const GenerationRequest& request) {
+nlohmann::json result_json(const GenerationResult& result, const GenerationRequest& request,
+                           const Tokenizer* tokenizer) {
   nlohmann::json out;
   out["prompt_token_ids"] = result.prompt_token_ids;
   nlohmann::json ids = nlohmann::json::array();
@@ -165,6 +60,9 @@ nlohmann::json result_json(const GenerationResult& result, const GenerationReque
                         {"top_logprobs", logprob_list(token.top)}});
   }
   out["token_ids"] = ids;
+  if (tokenizer != nullptr) {
+    out["text"] = tokenizer->decode(ids.get<std::vector<int32_t>>(), {.skip_special_tokens = true});
+  }
   out["logprobs"] = logprobs;
   if (request.params.prompt_logprobs) {
     nlohmann::json prompt = nlohmann::json::array();
@@ -192,15 +90,47 @@ void run_generate(const GenerateOptions& options) {
   }
   SamplingParams defaults = options.sampling;
   defaults.seed = options.request_seed;
-  std::vector<GenerationRequest> requests;
+  std::vector<PromptSpec> prompts;
+  for (const std::string& text : options.prompts) {
+    PromptSpec prompt{.params = defaults};
+    if (options.chat) {
+      prompt.messages = nlohmann::ordered_json::array({{{"role", "user"}, {"content", text}}});
+    } else {
+      prompt.text = text;
+    }
+    prompts.push_back(std::move(prompt));
+  }
   for (const std::string& text : options.prompt_ids)
-    requests.push_back({parse_id_list(text), defaults});
+    prompts.push_back({.ids = parse_id_list(text), .params = defaults});
+  if (!options.messages_file.empty()) {
+    prompts.push_back({.messages = read_messages_file(options.messages_file), .params = defaults});
+  }
   if (!options.prompts_file.empty()) {
-    for (auto& request : read_prompts_file(options.prompts_file, defaults)) {
-      requests.push_back(std::move(request));
+    for (PromptSpec& prompt : read_prompts_file(options.prompts_file, defaults))
+      prompts.push_back(std::move(prompt));
+  }
+  if (prompts.empty()) fail("no prompts: give a prompt, --prompt-ids or --prompts-file");
+
+  // The tokenizer, when there is one: text and chat prompts need it, and outputs are decoded.
+  const std::string tokenizer_dir =
+      options.tokenizer_dir.empty() ? options.model_dir : options.tokenizer_dir;
+  std::unique_ptr<Tokenizer> tokenizer;
+  if (std::filesystem::exists(tokenizer_dir + "/tokenizer.json")) {
+    tokenizer = std::make_unique<Tokenizer>(Tokenizer::load(tokenizer_dir));
+  }
+  std::unique_ptr<ChatTemplate> chat;
+  const bool wants_chat = std::any_of(prompts.begin(), prompts.end(),
+                                      [](const PromptSpec& p) { return p.messages.has_value(); });
+  if (wants_chat && tokenizer) chat = std::make_unique<ChatTemplate>(*tokenizer);
+  std::vector<GenerationRequest> requests;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    try {
+      requests.push_back(
+          {resolve_prompt(prompts[i], tokenizer.get(), chat.get()), prompts[i].params});
+    } catch (const Error& error) {
+      fail("prompt {}: {} (tokenizer directory '{}')", i, error.what(), tokenizer_dir);
     }
   }
-  if (requests.empty()) fail("no prompts: give --prompt-ids or --prompts-file");
 
   const ModelConfig config = load_model_config(options.model_dir);
   // Plan the cache before loading weights, so bad flags fail fast. Without a budget, size the
@@ -241,11 +171,15 @@ void run_generate(const GenerateOptions& options) {
 
   for (size_t r = 0; r < results.size(); ++r) {
     if (options.json) {
-      fmt::print("{}\n", result_json(results[r], requests[r]).dump());
+      fmt::print("{}\n", result_json(results[r], requests[r], tokenizer.get()).dump());
+      continue;
+    }
+    std::vector<int32_t> ids;
+    for (const SampledToken& token : results[r].tokens)
+      ids.push_back(token.token_id);
+    if (tokenizer) {
+      fmt::print("{}\n", tokenizer->decode(ids, {.skip_special_tokens = true}));
     } else {
-      std::vector<int32_t> ids;
-      for (const SampledToken& token : results[r].tokens)
-        ids.push_back(token.token_id);
       fmt::print("{}\n", fmt::join(ids, ","));
     }
   }
@@ -277,11 +211,20 @@ void add_generate_command(CLI::App& app) {
   auto options = std::make_shared<GenerateOptions>();
   CLI::App* command = app.add_subcommand("generate", "Generate tokens from prompts");
   command->add_option("--model", options->model_dir, "Model directory")->required();
+  command->add_option("prompt,--prompt", options->prompts,
+                      "A prompt as text (needs tokenizer.json); repeat for a batch");
   command->add_option("--prompt-ids", options->prompt_ids,
                       "A prompt as comma-separated token ids; repeat for a batch");
-  command->add_option(
-      "--prompts-file", options->prompts_file,
-      "JSONL file: one list of token ids (or {\"prompt_token_ids\": [...]}) per line");
+  command->add_option("--prompts-file", options->prompts_file,
+                      "JSONL file: per line a list of token ids, or an object with "
+                      "prompt_token_ids, prompt (text) or messages (chat) and sampling fields");
+  command->add_flag("--chat", options->chat,
+                    "Text prompts are user messages, rendered with the chat template");
+  command->add_option("--messages", options->messages_file,
+                      "A JSON file of chat messages ([{\"role\": ..., \"content\": ...}]) as one "
+                      "prompt");
+  command->add_option("--tokenizer", options->tokenizer_dir,
+                      "Directory of tokenizer.json (default: the model's)");
   SamplingParams& sampling = options->sampling;
   command->add_option("--max-tokens", sampling.max_tokens, "Tokens to generate per prompt")
       ->capture_default_str();

@@ -6,6 +6,7 @@
 
 #include "cli/generate.h"
 #include "cli/inspect.h"
+#include "cli/tokenize.h"
 #include "core/error.h"
 
 int main(int argc, char** argv) {
@@ -13,6 +14,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   pagoda::add_generate_command(app);
   pagoda::add_inspect_command(app);
+  pagoda::add_tokenize_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& error) {

@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "cli/cli_test_util.h"
+#include "tokenizer/tokenizer.h"
 
 namespace pagoda {
 namespace {
@@ -26,6 +27,11 @@ std::string ids_text(const std::vector<int32_t>& ids) {
   for (int32_t id : ids)
     text += (text.empty() ? "" : ",") + std::to_string(id);
   return text;
+}
+
+std::vector<int32_t> bytes_of(const std::string& text) {
+  return std::vector<int32_t>(reinterpret_cast<const uint8_t*>(text.data()),
+                              reinterpret_cast<const uint8_t*>(text.data()) + text.size());
 }
 
 TEST(GenerateCliTest, JsonPerRequestInBatchOrder) {
@@ -57,11 +63,24 @@ TEST(GenerateCliTest, JsonPerRequestInBatchOrder) {
 
 TEST(GenerateCliTest, PromptsFile) {
   const std::string path = ::testing::TempDir() + "pagoda_prompts_" + std::to_string(::getpid());
-  std::ofstream(path) << "[1, 2, 3]\n\n{\"prompt_token_ids\": [4, 5]}\n";
-  const CliRun run = run_generate("--prompts-file " + path + " --max-tokens 2 --ignore-eos");
-  std::remove(path.c_str());
+  std::ofstream(path) << "[1, 2, 3]\n\n{\"prompt_token_ids\": [4, 5]}\n"
+                      << "{\"prompt\": \"ab\"}\n"
+                      << "{\"messages\": [{\"role\": \"user\", \"content\": \"c\"}]}\n";
+  const CliRun run =
+      run_generate("--prompts-file " + path + " --tokenizer " + std::string(PAGODA_SOURCE_DIR) +
+                   "/tests/fixtures/byte-tokenizer --max-tokens 2 --ignore-eos --json");
   ASSERT_EQ(run.exit_code, 0) << run.err;
-  EXPECT_EQ(std::count(run.out.begin(), run.out.end(), '\n'), 2);
+  std::istringstream lines(run.out);
+  std::string line;
+  for (const std::vector<int32_t>& prompt :
+       {std::vector<int32_t>{1, 2, 3}, {4, 5}, bytes_of("ab"), bytes_of("<user>c\n<assistant>")}) {
+    ASSERT_TRUE(std::getline(lines, line));
+    EXPECT_EQ(nlohmann::json::parse(line)["prompt_token_ids"].get<std::vector<int32_t>>(), prompt);
+  }
+  std::ofstream(path) << "{\"prompt\": \"ab\", \"prompt_token_ids\": [1]}\n";
+  const CliRun both = run_generate("--prompts-file " + path);
+  EXPECT_NE(both.err.find("exactly one of"), std::string::npos) << both.err;
+  std::remove(path.c_str());
 }
 
 TEST(GenerateCliTest, BadInputIsOneLineAndNonZero) {
@@ -116,6 +135,64 @@ TEST(GenerateCliTest, SeededSamplingIgnoresTheBatch) {
   const CliRun typo = run_generate("--prompts-file " + path);
   EXPECT_NE(typo.err.find("unknown request field 'temprature'"), std::string::npos) << typo.err;
   std::remove(path.c_str());
+}
+
+// Text and chat prompts, with the byte-level tokenizer fixture (ids are the UTF-8 bytes).
+TEST(GenerateCliTest, TextAndChatPrompts) {
+  const std::string tokenizer_dir =
+      std::string(PAGODA_SOURCE_DIR) + "/tests/fixtures/byte-tokenizer";
+  const std::string messages =
+      ::testing::TempDir() + "pagoda_messages_" + std::to_string(::getpid());
+  std::ofstream(messages) << R"([{"role": "system", "content": "Be brief."}, )"
+                          << R"({"role": "user", "content": "Héllo"}])";
+  const CliRun run = run_generate("--tokenizer " + tokenizer_dir +
+                                  " 'Hi there' --chat --prompt 'Bye' --messages " + messages +
+                                  " --max-tokens 5 --ignore-eos --json");
+  std::remove(messages.c_str());
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  const Tokenizer tokenizer = Tokenizer::load(tokenizer_dir);
+  std::istringstream lines(run.out);
+  std::string line;
+  for (const std::string prompt : {"<user>Hi there\n<assistant>", "<user>Bye\n<assistant>",
+                                   "<system>Be brief.\n<user>Héllo\n<assistant>"}) {
+    ASSERT_TRUE(std::getline(lines, line));
+    const nlohmann::json result = nlohmann::json::parse(line);
+    EXPECT_EQ(result["prompt_token_ids"].get<std::vector<int32_t>>(), bytes_of(prompt));
+    const auto ids = result["token_ids"].get<std::vector<int32_t>>();
+    EXPECT_EQ(ids.size(), 5u);
+    EXPECT_EQ(result["text"], tokenizer.decode(ids, {.skip_special_tokens = true}));
+  }
+  // Without --chat a text prompt is encoded as it is; the plain output is the decoded text.
+  const CliRun plain = run_generate("--tokenizer " + tokenizer_dir +
+                                    " 'Hi there' --max-tokens 4 "
+                                    "--ignore-eos --json");
+  ASSERT_EQ(plain.exit_code, 0) << plain.err;
+  EXPECT_EQ(nlohmann::json::parse(plain.out)["prompt_token_ids"].get<std::vector<int32_t>>(),
+            bytes_of("Hi there"));
+  // The model directory has no tokenizer.json: text needs one.
+  const CliRun no_tokenizer = run_generate("'Hi there'");
+  EXPECT_EQ(no_tokenizer.exit_code, 1);
+  EXPECT_NE(no_tokenizer.err.find("needs a tokenizer"), std::string::npos) << no_tokenizer.err;
+}
+
+TEST(TokenizeCliTest, ShowsIdsAndPiecesOrDecodes) {
+  const std::string model = std::string(PAGODA_SOURCE_DIR) + "/tests/fixtures/byte-tokenizer";
+  const CliRun run = run_pagoda("tokenize --model " + model + " 'a b' --json");
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  const nlohmann::json result = nlohmann::json::parse(run.out);
+  EXPECT_EQ(result["ids"], (nlohmann::json{97, 32, 98}));
+  EXPECT_EQ(result["tokens"], (nlohmann::json{"a", "Ġ", "b"}));
+  const CliRun table = run_pagoda("tokenize --model " + model + " 'a b'");
+  EXPECT_NE(table.out.find("3 tokens"), std::string::npos) << table.out;
+  EXPECT_NE(table.out.find("\"Ġ\""), std::string::npos) << table.out;
+  const CliRun decoded = run_pagoda("tokenize --model " + model + " --ids 104,105");
+  EXPECT_EQ(decoded.out, "hi\n");
+  const CliRun bad = run_pagoda("tokenize --model " + model + " --ids 1,300");
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_NE(bad.err.find("token id 300 is outside the vocabulary"), std::string::npos) << bad.err;
+  const CliRun missing = run_pagoda("tokenize --model /nonexistent x");
+  EXPECT_EQ(missing.exit_code, 1);
+  EXPECT_NE(missing.err.find("tokenizer.json"), std::string::npos) << missing.err;
 }
 
 TEST(GenerateCliTest, DummyWeightsNeedNoCheckpoint) {

@@ -1,0 +1,157 @@
+#include "cli/prompts.h"
+
+#include <fstream>
+
+#include "core/error.h"
+#include "core/files.h"
+
+namespace pagoda {
+
+std::vector<int32_t> parse_id_list(const std::string& text) {
+  std::vector<int32_t> ids;
+  size_t start = 0;
+  while (start <= text.size()) {
+    const size_t comma = text.find(',', start);
+    const std::string item =
+        text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    size_t used = 0;
+    long long value = 0;
+    try {
+      value = std::stoll(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (item.empty() || used != item.size() || value < 0 || value > INT32_MAX) {
+      fail("--prompt-ids '{}': '{}' is not a token id", text, item);
+    }
+    ids.push_back(static_cast<int32_t>(value));
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return ids;
+}
+
+namespace {
+
+std::vector<int32_t> read_ids(const nlohmann::ordered_json& value, const std::string& where) {
+  if (!value.is_array()) fail("{}: expected a list of token ids", where);
+  std::vector<int32_t> ids;
+  for (const auto& id : value) {
+    if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() > INT32_MAX) {
+      fail("{}: {} is not a token id", where, id.dump());
+    }
+    ids.push_back(static_cast<int32_t>(id.get<int64_t>()));
+  }
+  return ids;
+}
+
+// Sampling fields of a request object over the command line's defaults.
+SamplingParams read_sampling(const nlohmann::ordered_json& object, SamplingParams params,
+                             const std::string& where) {
+  for (const auto& [key, value] : object.items()) {
+    auto number = [&]() {
+      if (!value.is_number()) fail("{}: '{}' must be a number; got {}", where, key, value.dump());
+      return value.get<double>();
+    };
+    auto integer = [&]() {
+      if (!value.is_number_integer()) {
+        fail("{}: '{}' must be an integer; got {}", where, key, value.dump());
+      }
+      return value.get<int64_t>();
+    };
+    if (key == "prompt_token_ids" || key == "prompt" || key == "messages") continue;
+    if (key == "temperature")
+      params.temperature = number();
+    else if (key == "top_k")
+      params.top_k = integer();
+    else if (key == "top_p")
+      params.top_p = number();
+    else if (key == "min_p")
+      params.min_p = number();
+    else if (key == "seed")
+      params.seed = static_cast<uint64_t>(integer());
+    else if (key == "max_tokens")
+      params.max_tokens = integer();
+    else if (key == "min_tokens")
+      params.min_tokens = integer();
+    else if (key == "presence_penalty")
+      params.presence_penalty = number();
+    else if (key == "frequency_penalty")
+      params.frequency_penalty = number();
+    else if (key == "repetition_penalty")
+      params.repetition_penalty = number();
+    else if (key == "logprobs")
+      params.logprobs = integer();
+    else if (key == "prompt_logprobs")
+      params.prompt_logprobs = integer();
+    else if (key == "stop_token_ids")
+      params.stop_token_ids = read_ids(value, where + " stop_token_ids");
+    else if (key == "ignore_eos") {
+      if (!value.is_boolean()) fail("{}: 'ignore_eos' must be true or false", where);
+      params.ignore_eos = value.get<bool>();
+    } else {
+      fail("{}: unknown request field '{}'", where, key);
+    }
+  }
+  return params;
+}
+
+}  // namespace
+
+std::vector<PromptSpec> read_prompts_file(const std::string& path, const SamplingParams& defaults) {
+  std::ifstream file(path);
+  if (!file) fail("cannot read prompts file '{}'", path);
+  std::vector<PromptSpec> requests;
+  std::string line;
+  for (int number = 1; std::getline(file, line); ++number) {
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    const std::string where = path + ":" + std::to_string(number);
+    nlohmann::ordered_json value;
+    try {
+      value = nlohmann::ordered_json::parse(line);
+    } catch (const nlohmann::json::parse_error&) {
+      fail("{}: not valid JSON", where);
+    }
+    if (!value.is_object()) {
+      requests.push_back({.ids = read_ids(value, where), .params = defaults});
+      continue;
+    }
+    PromptSpec prompt{.params = read_sampling(value, defaults, where)};
+    const int kinds = static_cast<int>(value.contains("prompt_token_ids")) +
+                      static_cast<int>(value.contains("prompt")) +
+                      static_cast<int>(value.contains("messages"));
+    if (kinds != 1) fail("{}: give exactly one of prompt_token_ids, prompt and messages", where);
+    if (value.contains("prompt_token_ids")) prompt.ids = read_ids(value["prompt_token_ids"], where);
+    if (value.contains("prompt")) {
+      if (!value["prompt"].is_string()) fail("{}: 'prompt' must be a string", where);
+      prompt.text = value["prompt"].get<std::string>();
+    }
+    if (value.contains("messages")) prompt.messages = value["messages"];
+    requests.push_back(std::move(prompt));
+  }
+  return requests;
+}
+
+nlohmann::ordered_json read_messages_file(const std::string& path) {
+  const std::string text = read_text_file(path);
+  try {
+    return nlohmann::ordered_json::parse(text);
+  } catch (const nlohmann::json::parse_error& error) {
+    fail("{}: malformed JSON at byte {}", path, error.byte);
+  }
+}
+
+std::vector<int32_t> resolve_prompt(const PromptSpec& prompt, const Tokenizer* tokenizer,
+                                    const ChatTemplate* chat) {
+  if (prompt.messages) {
+    if (chat == nullptr) fail("chat messages need a tokenizer with a chat template");
+    return chat->encode(*prompt.messages);
+  }
+  if (prompt.text) {
+    if (tokenizer == nullptr) fail("a text prompt needs a tokenizer (tokenizer.json)");
+    return tokenizer->encode(*prompt.text);
+  }
+  return prompt.ids;
+}
+
+}  // namespace pagoda

@@ -1,0 +1,175 @@
+#include "tokenizer/jinja_helpers.h"
+
+#include <algorithm>
+
+#include "tokenizer/jinja_text.h"
+
+namespace pagoda::jinja {
+
+Params::Params(std::string_view what, const CallArgs& args, std::vector<std::string_view> names)
+    : what_(what), args_(args), names_(std::move(names)) {
+  if (args.positional.size() > names_.size()) {
+    fail_render("{} takes at most {} argument(s), got {}", what_, names_.size(),
+                args.positional.size());
+  }
+  for (const auto& [key, unused] : args.keyword) {
+    const auto it = std::find(names_.begin(), names_.end(), key);
+    if (it == names_.end()) fail_render("{} got an unexpected keyword argument '{}'", what_, key);
+    if (static_cast<size_t>(it - names_.begin()) < args.positional.size()) {
+      fail_render("{} got multiple values for argument '{}'", what_, key);
+    }
+  }
+}
+
+const Value* Params::get(size_t i) const {
+  if (i < args_.positional.size()) return &args_.positional[i];
+  return find_member(args_.keyword, names_[i]);
+}
+
+Value Params::value_or(size_t i, Value fallback) const {
+  const Value* v = get(i);
+  return v != nullptr ? *v : std::move(fallback);
+}
+
+bool Params::flag(size_t i, bool fallback) const {
+  const Value* v = get(i);
+  return v != nullptr ? truthy(*v) : fallback;
+}
+
+int64_t Params::integer(size_t i, int64_t fallback) const {
+  const Value* v = get(i);
+  if (v == nullptr || v->is_none()) return fallback;
+  if (!v->is_int()) {
+    fail_render("{}: argument '{}' must be an integer, got {}", what_, names_[i], type_name(*v));
+  }
+  return v->as_int();
+}
+
+const std::string* Params::string(size_t i) const {
+  const Value* v = get(i);
+  if (v == nullptr || v->is_none()) return nullptr;
+  if (!v->is_string()) {
+    fail_render("{}: argument '{}' must be a string, got {}", what_, names_[i], type_name(*v));
+  }
+  return &v->as_string();
+}
+
+void expect_no_args(std::string_view what, const CallArgs& args) {
+  if (!args.positional.empty() || !args.keyword.empty()) fail_render("{} takes no arguments", what);
+}
+
+void fail_type(std::string_view what, const Value& v) {
+  fail_render("{} cannot be applied to {}", what, type_name(v));
+}
+
+const std::string& require_string(std::string_view what, const Value& v) {
+  if (!v.is_string()) fail_type(what, v);
+  return v.as_string();
+}
+
+Value get_attribute_path(const Value& item, std::string_view path) {
+  Value value = item;
+  size_t start = 0;
+  while (true) {
+    const size_t dot = path.find('.', start);
+    const std::string_view part = path.substr(start, dot - start);
+    if (value.is_array()) {
+      const bool is_index =
+          !part.empty() && part.size() < 10 &&
+          std::all_of(part.begin(), part.end(), [](char c) { return c >= '0' && c <= '9'; });
+      const Array& items = value.as_array();
+      const size_t index = is_index ? std::stoul(std::string(part)) : items.size();
+      value = index < items.size() ? items[index] : Value();
+    } else {
+      const Value* member = value.find(part);
+      value = member != nullptr ? *member : Value();
+    }
+    if (dot == std::string_view::npos || value.is_undefined()) return value;
+    start = dot + 1;
+  }
+}
+
+std::string strip_text(std::string_view text, const std::string* chars, bool left, bool right) {
+  if (chars == nullptr) {
+    if (left) text = trim_start(text);
+    if (right) text = trim_end(text);
+    return std::string(text);
+  }
+  const std::vector<std::string> set = split_code_points(*chars);
+  std::vector<std::string> points = split_code_points(text);
+  auto in_set = [&](const std::string& c) {
+    return std::find(set.begin(), set.end(), c) != set.end();
+  };
+  size_t begin = 0, end = points.size();
+  while (left && begin < end && in_set(points[begin]))
+    ++begin;
+  while (right && end > begin && in_set(points[end - 1]))
+    --end;
+  std::string out;
+  for (size_t i = begin; i < end; ++i)
+    out += points[i];
+  return out;
+}
+
+std::string replace_text(std::string_view text, std::string_view old, std::string_view replacement,
+                         int64_t count) {
+  std::string out;
+  size_t pos = 0;
+  if (old.empty()) {
+    // An empty pattern matches before every character and at the end.
+    while (count != 0) {
+      out.append(replacement);
+      --count;
+      if (pos >= text.size()) return out;
+      size_t length = 0;
+      decode_utf8(text, pos, &length);
+      out.append(text.substr(pos, length));
+      pos += length;
+    }
+    return out.append(text.substr(pos));
+  }
+  for (size_t found; count != 0 && (found = text.find(old, pos)) != std::string_view::npos;
+       --count) {
+    out.append(text.substr(pos, found - pos)).append(replacement);
+    pos = found + old.size();
+  }
+  return out.append(text.substr(pos));
+}
+
+std::string title_text(std::string_view text) {
+  std::string out(text);
+  bool in_word = false;
+  for (char& c : out) {
+    const bool word = is_ascii_word(c);
+    if (word && !in_word && c >= 'a' && c <= 'z') c = static_cast<char>(c - 'a' + 'A');
+    in_word = word;
+  }
+  return out;
+}
+
+std::string capitalize_text(std::string_view text) {
+  std::string out(text);
+  if (!out.empty() && out[0] >= 'a' && out[0] <= 'z')
+    out[0] = static_cast<char>(out[0] - 'a' + 'A');
+  return out;
+}
+
+Array dict_items(const Value& dict) {
+  Array items;
+  for (const auto& [key, value] : dict.as_object()) {
+    items.push_back(Value::array({Value::string(key), value}));
+  }
+  return items;
+}
+
+Array sorted_dict_items(const Value& dict, const DictSortOptions& options) {
+  Array items = dict_items(dict);
+  const size_t index = options.by_value ? 1 : 0;
+  std::stable_sort(items.begin(), items.end(), [&](const Value& a, const Value& b) {
+    const int c = compare_values(a.as_array()[index], b.as_array()[index], options.case_sensitive);
+    return options.reverse ? c > 0 : c < 0;
+  });
+  return items;
+}
+
+}  // namespace pagoda::jinja

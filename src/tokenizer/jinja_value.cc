@@ -1,0 +1,320 @@
+#include "tokenizer/jinja_value.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "tokenizer/jinja_text.h"
+
+namespace pagoda::jinja {
+
+double Value::as_double() const {
+  switch (kind()) {
+    case Kind::kBool:
+      return as_bool() ? 1.0 : 0.0;
+    case Kind::kInt:
+      return static_cast<double>(as_int());
+    default:
+      return as_float();
+  }
+}
+
+const Value* Value::find(std::string_view key) const {
+  if (is_object()) return find_member(as_object(), key);
+  if (is(Kind::kNamespace)) return find_member(as_namespace().attributes, key);
+  return nullptr;
+}
+
+const void* Value::identity() const {
+  if (is(Kind::kNamespace)) return std::get<NamespacePtr>(data_).get();
+  if (is(Kind::kFunction)) return std::get<FunctionPtr>(data_).get();
+  return nullptr;
+}
+
+const Value* find_member(const Object& object, std::string_view key) {
+  for (const auto& [name, value] : object) {
+    if (name == key) return &value;
+  }
+  return nullptr;
+}
+
+void set_member(Object& object, std::string_view key, Value value) {
+  for (auto& [name, member] : object) {
+    if (name == key) {
+      member = std::move(value);
+      return;
+    }
+  }
+  object.emplace_back(std::string(key), std::move(value));
+}
+
+const char* type_name(const Value& v) {
+  switch (v.kind()) {
+    case Value::Kind::kUndefined:
+      return "undefined";
+    case Value::Kind::kNone:
+      return "none";
+    case Value::Kind::kBool:
+      return "boolean";
+    case Value::Kind::kInt:
+      return "integer";
+    case Value::Kind::kFloat:
+      return "float";
+    case Value::Kind::kString:
+      return "string";
+    case Value::Kind::kArray:
+      return "list";
+    case Value::Kind::kObject:
+      return "dict";
+    case Value::Kind::kNamespace:
+      return "namespace";
+    case Value::Kind::kFunction:
+      return "function";
+  }
+  return "value";
+}
+
+Value from_json(const nlohmann::ordered_json& json) {
+  using Type = nlohmann::ordered_json::value_t;
+  switch (json.type()) {
+    case Type::null:
+      return Value::none();
+    case Type::boolean:
+      return Value::boolean(json.get<bool>());
+    case Type::number_integer:
+      return Value::integer(json.get<int64_t>());
+    case Type::number_unsigned: {
+      const auto u = json.get<uint64_t>();
+      if (u <= static_cast<uint64_t>(INT64_MAX)) return Value::integer(static_cast<int64_t>(u));
+      return Value::number(static_cast<double>(u));
+    }
+    case Type::number_float: {
+      const double d = json.get<double>();
+      if (d == std::trunc(d) && std::fabs(d) < 9.2e18)
+        return Value::integer(static_cast<int64_t>(d));
+      return Value::number(d);
+    }
+    case Type::string:
+      return Value::string(json.get<std::string>());
+    case Type::array: {
+      Array items;
+      items.reserve(json.size());
+      for (const auto& item : json)
+        items.push_back(from_json(item));
+      return Value::array(std::move(items));
+    }
+    case Type::object: {
+      Object members;
+      members.reserve(json.size());
+      for (const auto& [key, item] : json.items())
+        members.emplace_back(key, from_json(item));
+      return Value::object(std::move(members));
+    }
+    default:
+      fail_render("unsupported JSON value of type {}", json.type_name());
+  }
+}
+
+bool truthy(const Value& v) {
+  switch (v.kind()) {
+    case Value::Kind::kUndefined:
+    case Value::Kind::kNone:
+      return false;
+    case Value::Kind::kBool:
+      return v.as_bool();
+    case Value::Kind::kInt:
+      return v.as_int() != 0;
+    case Value::Kind::kFloat:
+      return v.as_float() != 0 && !std::isnan(v.as_float());
+    case Value::Kind::kString:
+      return !v.as_string().empty();
+    case Value::Kind::kArray:
+      return !v.as_array().empty();
+    case Value::Kind::kObject:
+      return !v.as_object().empty();
+    case Value::Kind::kNamespace:
+    case Value::Kind::kFunction:
+      return true;
+  }
+  return false;
+}
+
+namespace {
+
+bool numbers_equal(const Value& a, const Value& b) {
+  if (a.is_int() && b.is_int()) return a.as_int() == b.as_int();
+  return a.as_double() == b.as_double();
+}
+
+bool equals(const Value& a, const Value& b, bool loose) {
+  const bool a_nullish = a.is_none() || a.is_undefined();
+  const bool b_nullish = b.is_none() || b.is_undefined();
+  if (loose && (a_nullish || b_nullish)) return a_nullish && b_nullish;
+  if (loose ? a.is_numeric() && b.is_numeric() : a.is_number() && b.is_number()) {
+    return numbers_equal(a, b);
+  }
+  if (a.kind() != b.kind()) return false;
+  switch (a.kind()) {
+    case Value::Kind::kUndefined:
+    case Value::Kind::kNone:
+      return true;
+    case Value::Kind::kBool:
+      return a.as_bool() == b.as_bool();
+    case Value::Kind::kString:
+      return a.as_string() == b.as_string();
+    case Value::Kind::kArray:
+      return std::equal(a.as_array().begin(), a.as_array().end(), b.as_array().begin(),
+                        b.as_array().end(),
+                        [&](const Value& x, const Value& y) { return equals(x, y, loose); });
+    case Value::Kind::kObject: {
+      if (a.as_object().size() != b.as_object().size()) return false;
+      for (const auto& [key, value] : a.as_object()) {
+        const Value* other = find_member(b.as_object(), key);
+        if (other == nullptr || !equals(value, *other, loose)) return false;
+      }
+      return true;
+    }
+    default:
+      return a.identity() == b.identity();
+  }
+}
+
+}  // namespace
+
+bool loose_equals(const Value& a, const Value& b) {
+  return equals(a, b, /*loose=*/true);
+}
+bool strict_equals(const Value& a, const Value& b) {
+  return equals(a, b, /*loose=*/false);
+}
+
+int compare_values(const Value& a, const Value& b, bool case_sensitive) {
+  if ((a.is_none() && b.is_none()) || (a.is_undefined() && b.is_undefined())) return 0;
+  if (a.is_numeric() && b.is_numeric()) {
+    const double x = a.as_double(), y = b.as_double();
+    if (std::isnan(x) || std::isnan(y)) fail_render("cannot order NaN");
+    if (a.is_int() && b.is_int()) return a.as_int() < b.as_int() ? -1 : a.as_int() > b.as_int();
+    return x < y ? -1 : x > y;
+  }
+  if (a.is_string() && b.is_string()) {
+    const int c = case_sensitive ? a.as_string().compare(b.as_string())
+                                 : ascii_lower(a.as_string()).compare(ascii_lower(b.as_string()));
+    return c < 0 ? -1 : c > 0;
+  }
+  fail_render("cannot compare {} with {}", type_name(a), type_name(b));
+}
+
+namespace {
+
+// A float as the reference renderer prints it: whole numbers keep a ".0".
+std::string format_float(double d) {
+  if (d == 0 && std::signbit(d)) return "-0.0";
+  if (std::isfinite(d) && d == std::trunc(d) && std::fabs(d) < 1e21)
+    return fmt::format("{:.1f}", d);
+  return format_js_number(d);
+}
+
+// The reference renderer's toString() of a value; none and undefined spell themselves.
+std::string print_string(const Value& v) {
+  switch (v.kind()) {
+    case Value::Kind::kUndefined:
+      return "undefined";
+    case Value::Kind::kNone:
+      return "null";
+    case Value::Kind::kBool:
+      return v.as_bool() ? "true" : "false";
+    case Value::Kind::kInt:
+      return std::to_string(v.as_int());
+    case Value::Kind::kFloat:
+      return format_float(v.as_float());
+    case Value::Kind::kString:
+      return v.as_string();
+    case Value::Kind::kFunction:
+      fail_render("cannot print function '{}'", v.as_function().name);
+    default: {
+      JsonOptions options;
+      options.undefined_as_null = false;
+      return to_json(v, options);
+    }
+  }
+}
+
+}  // namespace
+
+std::string to_output(const Value& v) {
+  return v.is_none() || v.is_undefined() ? std::string() : print_string(v);
+}
+
+std::string to_concat_string(const Value& v) {
+  if (v.is_float()) return format_js_number(v.as_float());
+  if (v.is_array()) {
+    std::string out;
+    for (const Value& item : v.as_array()) {
+      if (&item != &v.as_array().front()) out += ',';
+      out += print_string(item);
+    }
+    return out;
+  }
+  return print_string(v);
+}
+
+namespace {
+
+std::string to_json_at(const Value& v, const JsonOptions& options, int depth) {
+  switch (v.kind()) {
+    case Value::Kind::kUndefined:
+      return options.undefined_as_null ? "null" : "undefined";
+    case Value::Kind::kNone:
+      return "null";
+    case Value::Kind::kBool:
+      return v.as_bool() ? "true" : "false";
+    case Value::Kind::kInt:
+      return std::to_string(v.as_int());
+    case Value::Kind::kFloat:
+      return std::isfinite(v.as_float()) ? format_js_number(v.as_float()) : "null";
+    case Value::Kind::kString:
+      return json_quote(v.as_string(), options.ensure_ascii);
+    case Value::Kind::kFunction:
+      fail_render("cannot convert function '{}' to JSON", v.as_function().name);
+    default:
+      break;
+  }
+  const int indent = options.indent.value_or(0);
+  if (indent < 0) fail_render("tojson indent must not be negative, got {}", indent);
+  const auto [item_separator, key_separator] =
+      options.separators.value_or(std::pair<std::string, std::string>(indent ? "," : ", ", ": "));
+  const std::string base_padding = "\n" + std::string(static_cast<size_t>(indent) * depth, ' ');
+  const std::string child_padding = base_padding + std::string(indent, ' ');
+
+  std::vector<std::string> parts;
+  if (v.is_array()) {
+    for (const Value& item : v.as_array()) {
+      parts.push_back((indent ? child_padding : "") + to_json_at(item, options, depth + 1));
+    }
+  } else {
+    Object members = v.is_object() ? v.as_object() : v.as_namespace().attributes;
+    if (options.sort_keys) {
+      std::stable_sort(members.begin(), members.end(),
+                       [](const auto& a, const auto& b) { return a.first < b.first; });
+    }
+    for (const auto& [key, item] : members) {
+      parts.push_back((indent ? child_padding : "") + json_quote(key, options.ensure_ascii) +
+                      key_separator + to_json_at(item, options, depth + 1));
+    }
+  }
+  const bool is_array = v.is_array();
+  std::string out = is_array ? "[" : "{";
+  for (size_t i = 0; i < parts.size(); ++i) {
+    if (i > 0) out += item_separator;
+    out += parts[i];
+  }
+  if (indent && !parts.empty()) out += base_padding;
+  return out + (is_array ? "]" : "}");
+}
+
+}  // namespace
+
+std::string to_json(const Value& v, const JsonOptions& options) {
+  return to_json_at(v, options, 0);
+}
+
+}  // namespace pagoda::jinja
