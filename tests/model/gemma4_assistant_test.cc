@@ -19,16 +19,29 @@ std::string fixture(const std::string& name) {
   return std::string(PAGODA_SOURCE_DIR) + "/tests/fixtures/" + name;
 }
 
+struct DraftCase {
+  std::string target;     // checkpoint directory
+  std::string assistant;  // checkpoint directory
+  std::string reference;  // transformers' drafting steps (tools/make_fixtures.py's format)
+};
+
+std::string model(const std::string& name) {
+  return std::string(PAGODA_SOURCE_DIR) + "/models/" + name;
+}
+
 int32_t argmax(const Tensor& logits) {
   return sample_greedy(compute_logprobs(logits), 0).front().token_id;
 }
 
-TEST(Gemma4AssistantTest, DraftsLikeTransformers) {
-  const ModelConfig target_config = load_model_config(fixture("gemma4-tiny"));
-  const ModelConfig assistant_config = load_model_config(fixture("gemma4-assistant-tiny"));
-  WeightSource target_weights = WeightSource::from_checkpoint(fixture("gemma4-tiny"));
+class Gemma4AssistantDraftTest : public ::testing::TestWithParam<DraftCase> {};
+
+TEST_P(Gemma4AssistantDraftTest, DraftsLikeTransformers) {
+  const DraftCase& c = GetParam();
+  const ModelConfig target_config = load_model_config(c.target);
+  const ModelConfig assistant_config = load_model_config(c.assistant);
+  WeightSource target_weights = WeightSource::from_checkpoint(c.target);
   Gemma4Model target(target_config, target_weights);
-  WeightSource assistant_weights = WeightSource::from_checkpoint(fixture("gemma4-assistant-tiny"));
+  WeightSource assistant_weights = WeightSource::from_checkpoint(c.assistant);
   const Gemma4Assistant assistant(assistant_config, assistant_weights);
   EXPECT_TRUE(assistant_weights.unused().empty());
 
@@ -36,6 +49,8 @@ TEST(Gemma4AssistantTest, DraftsLikeTransformers) {
   CacheFlags flags;
   flags.num_blocks = 200;
   flags.block_size = 4;
+  flags.max_model_len = 256;
+  flags.dtype = "float32";  // as the reference: bf16 checkpoints get an f32 cache too
   const CacheSetup setup = plan_cache(target_config, &assistant_config, flags);
   const int64_t target_layers = static_cast<int64_t>(target_config.layers.size());
   for (size_t i = target_layers; i < setup.plan.layers.size(); ++i) {
@@ -49,7 +64,7 @@ TEST(Gemma4AssistantTest, DraftsLikeTransformers) {
     assistant_groups.push_back(setup.plan.placements[i].group);
   }
 
-  std::ifstream file(fixture("gemma4-assistant-tiny") + "/reference.json");
+  std::ifstream file(c.reference);
   const nlohmann::json reference = nlohmann::json::parse(file);
   ModelRunner runner(target, setup.plan, cache);
   for (const nlohmann::json& prompt : reference["prompts"]) {
@@ -99,6 +114,14 @@ TEST(Gemma4AssistantTest, DraftsLikeTransformers) {
         std::memcmp(cache_before.raw_data(), cache.buffers[0].raw_data(), cache_before.numel()), 0);
   }
 }
+
+// The tiny random drafter, and the default model's trained one.
+INSTANTIATE_TEST_SUITE_P(
+    Checkpoints, Gemma4AssistantDraftTest,
+    ::testing::Values(DraftCase{fixture("gemma4-tiny"), fixture("gemma4-assistant-tiny"),
+                                fixture("gemma4-assistant-tiny") + "/reference.json"},
+                      DraftCase{model("kjv-gemma4"), model("kjv-gemma4-assistant"),
+                                fixture("kjv-gemma4") + "/assistant_reference.json"}));
 
 TEST(Gemma4AssistantTest, OrderedLogitsKeepOnlyTheTopCentroidsTokens) {
   // Vocabulary 6 in 3 centroids of 2 tokens; the top centroid owns tokens 4 and 1.

@@ -2,6 +2,7 @@
 // log-probabilities within 1e-4 (f32), the same greedy tokens, and batches that change nothing.
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -9,6 +10,7 @@
 #include "engine/cache_setup.h"
 #include "engine/generator.h"
 #include "engine/scheduler.h"
+#include "tokenizer/tokenizer.h"
 
 namespace pagoda {
 namespace {
@@ -23,16 +25,25 @@ struct Fixture {
   nlohmann::json reference;
 };
 
+// A fixture's checkpoint is beside its reference.json, or for the default model under models/.
+std::string checkpoint_dir(const std::string& name) {
+  const std::string dir = std::string(PAGODA_SOURCE_DIR) + "/tests/fixtures/" + name;
+  if (std::filesystem::exists(dir + "/config.json")) return dir;
+  return std::string(PAGODA_SOURCE_DIR) + "/models/" + name;
+}
+
 std::unique_ptr<Fixture> load_fixture(const std::string& name) {
   const std::string dir = std::string(PAGODA_SOURCE_DIR) + "/tests/fixtures/" + name;
   auto fixture = std::make_unique<Fixture>();
-  fixture->config = load_model_config(dir);
-  WeightSource weights = WeightSource::from_checkpoint(dir);
+  fixture->config = load_model_config(checkpoint_dir(name));
+  WeightSource weights = WeightSource::from_checkpoint(checkpoint_dir(name));
   fixture->model = build_causal_lm(fixture->config, weights);
   EXPECT_TRUE(weights.unused().empty());
   CacheFlags flags;
   flags.num_blocks = 200;
   flags.block_size = 4;  // small blocks: every prompt spans several
+  flags.max_model_len = 256;
+  flags.dtype = "float32";  // as the reference: bf16 checkpoints get an f32 cache too
   fixture->cache = plan_cache(fixture->config, nullptr, flags);
   fixture->memory = allocate_kv_cache(fixture->cache.plan, Device::cpu());
   std::ifstream file(dir + "/reference.json");
@@ -112,7 +123,8 @@ TEST_P(ParityTest, MatchesTransformers) {
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, ParityTest,
                          ::testing::Values("llama-tiny", "llama3-rope-tiny", "qwen3-tiny",
-                                           "gemma4-tiny", "gemma4-noshare-tiny", "mimo-tiny"),
+                                           "gemma4-tiny", "gemma4-noshare-tiny", "mimo-tiny",
+                                           "kjv-gemma4"),
                          [](const auto& info) {
                            std::string name = info.param;
                            for (char& c : name) {
@@ -120,6 +132,19 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, ParityTest,
                            }
                            return name;
                          });
+
+// The default model's tokenizer gives the reference prompts' ids from their text, and its
+// continuation decodes to text.
+TEST(DefaultModelTest, TokenizerEncodesTheReferencePrompts) {
+  const Tokenizer tokenizer = Tokenizer::load(checkpoint_dir("kjv-gemma4"));
+  std::ifstream file(std::string(PAGODA_SOURCE_DIR) + "/tests/fixtures/kjv-gemma4/reference.json");
+  const nlohmann::json reference = nlohmann::json::parse(file);
+  for (const nlohmann::json& prompt : reference["prompts"]) {
+    const auto ids = prompt["prompt_token_ids"].get<std::vector<int32_t>>();
+    EXPECT_EQ(tokenizer.encode(prompt["text"].get<std::string>()), ids);
+    EXPECT_EQ(tokenizer.decode(ids, {.skip_special_tokens = true}), prompt["text"]);
+  }
+}
 
 std::vector<int32_t> token_ids(const GenerationResult& result) {
   std::vector<int32_t> ids;

