@@ -9,7 +9,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "cli/cache_flags.h"
+#include "cli/engine_flags.h"
 #include "cli/prompts.h"
 #include "core/error.h"
 #include "engine/generator.h"
@@ -28,15 +28,9 @@ struct GenerateOptions {
   bool chat = false;          // text prompts are single user messages through the chat template
   SamplingParams sampling{.temperature = 0.0};  // defaults for every request: greedy
   std::optional<uint64_t> request_seed;
-  uint64_t seed = 0;  // dummy weights and unseeded requests
   bool json = false;
   bool stats = false;
-  bool no_prefix_caching = false;
-  SchedulerConfig scheduler;
-  std::string device = "cpu";
-  std::string load_format = "auto";
-  std::string weight_dtype = "auto";
-  CacheFlags cache;
+  EngineFlags engine;
 };
 
 nlohmann::json logprob_list(const std::vector<TokenLogprob>& top) {
@@ -85,9 +79,6 @@ nlohmann::json result_json(const GenerationResult& result, const GenerationReque
 }
 
 void run_generate(const GenerateOptions& options) {
-  if (options.device != "cpu") {
-    fail("--device {}: only the cpu device runs models so far", options.device);
-  }
   const std::string model_dir = model_dir_or_default(options.model_dir);
   SamplingParams defaults = options.sampling;
   defaults.seed = options.request_seed;
@@ -136,7 +127,7 @@ void run_generate(const GenerateOptions& options) {
   const ModelConfig config = load_model_config(model_dir);
   // Plan the cache before loading weights, so bad flags fail fast. Without a budget, size the
   // pool for exactly this batch.
-  CacheFlags flags = options.cache;
+  CacheFlags flags = options.engine.cache;
   CacheSetup setup = plan_cache(config, nullptr, flags);
   if (flags.kv_cache_memory.empty() && !flags.num_blocks) {
     int64_t needed = kNullBlocks;
@@ -149,22 +140,10 @@ void run_generate(const GenerateOptions& options) {
   }
 
   const auto started = std::chrono::steady_clock::now();
-  const LoadFormat format = parse_load_format(options.load_format);
-  WeightSource weights =
-      format == LoadFormat::kDummy
-          ? WeightSource::dummy(options.weight_dtype == "auto" ? config.dtype.value_or(DType::kBF16)
-                                                               : parse_dtype(options.weight_dtype),
-                                options.seed)
-          : WeightSource::from_checkpoint(model_dir);
-  std::unique_ptr<CausalLm> model = build_causal_lm(config, weights);
+  std::unique_ptr<CausalLm> model = load_model(config, model_dir, options.engine);
   const auto loaded = std::chrono::steady_clock::now();
   const KvCache cache = allocate_kv_cache(setup.plan, Device::cpu());
-  GeneratorConfig generator{.vocab_size = config.vocab_size,
-                            .max_model_len = setup.plan.max_model_len,
-                            .eos_token_ids = config.eos_token_ids,
-                            .seed = options.seed,
-                            .scheduler = options.scheduler};
-  generator.scheduler.enable_prefix_caching = !options.no_prefix_caching;
+  const GeneratorConfig generator = generator_config(config, setup.plan, options.engine);
   GenerationStats stats;
   const std::vector<GenerationResult> results =
       generate(*model, setup.plan, cache, generator, requests, &stats);
@@ -246,8 +225,6 @@ void add_generate_command(CLI::App& app) {
       ->delimiter(',');
   command->add_option("--request-seed", options->request_seed,
                       "Seed every request's sampling (the same tokens in any batch)");
-  command->add_option("--seed", options->seed, "Seed of dummy weights and unseeded requests")
-      ->capture_default_str();
   command->add_option("--logprobs", sampling.logprobs, "Top log-probabilities per generated token")
       ->capture_default_str();
   command->add_option("--prompt-logprobs", sampling.prompt_logprobs,
@@ -255,24 +232,7 @@ void add_generate_command(CLI::App& app) {
   command->add_flag("--ignore-eos", sampling.ignore_eos, "Do not stop at end-of-sequence tokens");
   command->add_flag("--json", options->json, "One JSON object per request");
   command->add_flag("--stats", options->stats, "Print a table of batching statistics to stderr");
-  command
-      ->add_option("--max-num-seqs", options->scheduler.max_num_seqs,
-                   "Most requests running at once")
-      ->capture_default_str();
-  command
-      ->add_option("--max-num-batched-tokens", options->scheduler.max_num_batched_tokens,
-                   "Token budget per step (longer prompts are chunked)")
-      ->capture_default_str();
-  command->add_flag("--no-enable-prefix-caching", options->no_prefix_caching,
-                    "Do not reuse cached prompt prefixes");
-  command->add_option("--device", options->device, "cpu")->capture_default_str();
-  command->add_option("--load-format", options->load_format, "auto (safetensors) or dummy")
-      ->capture_default_str();
-  command
-      ->add_option("--weight-dtype", options->weight_dtype,
-                   "Dtype of dummy weights: auto (the config's), float32, bfloat16, float16")
-      ->capture_default_str();
-  add_cache_flags(*command, options->cache);
+  add_engine_flags(*command, options->engine);
   command->callback([options] { run_generate(*options); });
 }
 

@@ -6,6 +6,7 @@
 
 #include "cli/generate.h"
 #include "cli/inspect.h"
+#include "cli/serve.h"
 #include "cli/tokenize.h"
 #include "core/error.h"
 
@@ -15,6 +16,7 @@ int main(int argc, char** argv) {
   pagoda::add_generate_command(app);
   pagoda::add_inspect_command(app);
   pagoda::add_tokenize_command(app);
+  pagoda::add_serve_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& error) {

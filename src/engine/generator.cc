@@ -8,7 +8,7 @@
 namespace pagoda {
 namespace {
 
-void validate(const GeneratorConfig& config, const KvCachePlan& plan,
+void check_request(const GeneratorConfig& config, const KvCachePlan& plan,
               const GenerationRequest& request) {
   const int64_t prompt = static_cast<int64_t>(request.prompt_token_ids.size());
   if (prompt == 0) fail("empty prompt");
@@ -81,8 +81,12 @@ Engine::Engine(CausalLm& model, const KvCachePlan& plan, const KvCache& cache,
       scheduler_(config.scheduler, blocks_),
       runner_(model, plan, cache) {}
 
+void Engine::validate(const GenerationRequest& request) const {
+  check_request(config_, plan_, request);
+}
+
 int64_t Engine::add_request(GenerationRequest request) {
-  validate(config_, plan_, request);
+  validate(request);
   const int64_t id = next_id_++;
   Entry& entry = entries_[id];
   entry.rng = SamplerRng(request.params.seed.value_or(config_.seed * 0x9e3779b97f4a7c15ull + id));

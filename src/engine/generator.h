@@ -75,6 +75,8 @@ class Engine {
 
   // Validates and queues a request (Error names the problem and the limit); returns its id.
   int64_t add_request(GenerationRequest request);
+  // The checks add_request makes, without queueing (safe from any thread: reads only config).
+  void validate(const GenerationRequest& request) const;
   // Ends a request wherever it is and frees its blocks; its last delta says "abort".
   void abort(int64_t id);
   bool has_unfinished() const { return scheduler_.has_requests() || !aborted_.empty(); }
@@ -88,6 +90,8 @@ class Engine {
   void release(int64_t id);
   GenerationStats stats() const;
   int64_t num_free_blocks() const { return blocks_.num_free_blocks(); }
+  int64_t num_running() const { return scheduler_.num_running(); }
+  int64_t num_waiting() const { return scheduler_.num_waiting(); }
 
  private:
   struct Entry {

@@ -1,0 +1,34 @@
+// Flags shared by the commands that run a model (generate, serve): scheduling, prefix caching,
+// how weights are loaded, and the KV cache; and loading the model they describe.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <memory>
+#include <string>
+
+#include "cli/cache_flags.h"
+#include "engine/generator.h"
+#include "model/causal_lm.h"
+
+namespace pagoda {
+
+struct EngineFlags {
+  SchedulerConfig scheduler;
+  bool no_prefix_caching = false;
+  std::string device = "cpu";
+  std::string load_format = "auto";
+  std::string weight_dtype = "auto";
+  uint64_t seed = 0;  // dummy weights and unseeded requests
+  CacheFlags cache;
+};
+
+void add_engine_flags(CLI::App& command, EngineFlags& flags);
+
+// The model of `model_dir` as the flags say (its checkpoint, or dummy weights). Error for a device
+// that cannot run it or a bad checkpoint.
+std::unique_ptr<CausalLm> load_model(const ModelConfig& config, const std::string& model_dir,
+                                     const EngineFlags& flags);
+GeneratorConfig generator_config(const ModelConfig& config, const KvCachePlan& plan,
+                                 const EngineFlags& flags);
+
+}  // namespace pagoda

@@ -1,0 +1,99 @@
+#include "cli/serve.h"
+
+#include <fmt/format.h>
+
+#include <csignal>
+#include <filesystem>
+#include <thread>
+
+#include "cli/engine_flags.h"
+#include "cli/prompts.h"
+#include "core/error.h"
+#include "server/http_server.h"
+
+namespace pagoda {
+namespace {
+
+struct ServeOptions {
+  std::string model_dir;
+  std::string tokenizer_dir;  // empty: the model's
+  std::string served_model_name;
+  ServerOptions server;
+  EngineFlags engine;
+};
+
+void run_serve(const ServeOptions& options) {
+  const std::string model_dir = model_dir_or_default(options.model_dir);
+  const std::string tokenizer_dir =
+      options.tokenizer_dir.empty() ? model_dir : options.tokenizer_dir;
+  const Tokenizer tokenizer = Tokenizer::load(tokenizer_dir);
+  std::unique_ptr<ChatTemplate> chat;
+  if (!tokenizer.chat_template().empty()) chat = std::make_unique<ChatTemplate>(tokenizer);
+
+  const ModelConfig config = load_model_config(model_dir);
+  CacheFlags flags = options.engine.cache;
+  // A server needs room for many sequences; without a budget, take 512 MiB.
+  if (flags.kv_cache_memory.empty() && !flags.num_blocks) flags.kv_cache_memory = "512MiB";
+  const CacheSetup setup = plan_cache(config, nullptr, flags);
+  std::unique_ptr<CausalLm> model = load_model(config, model_dir, options.engine);
+  const KvCache cache = allocate_kv_cache(setup.plan, Device::cpu());
+  EngineService engine(*model, setup.plan, cache,
+                       generator_config(config, setup.plan, options.engine));
+
+  RequestLimits limits{
+      .served_model_name = options.served_model_name.empty()
+                               ? std::filesystem::path(model_dir).filename().string()
+                               : options.served_model_name,
+      .max_model_len = setup.plan.max_model_len};
+  ServerOptions server_options = options.server;
+  // Every open stream holds a handler thread: enough for a full batch, plus a few for the rest.
+  server_options.threads = static_cast<int>(options.engine.scheduler.max_num_seqs) + 16;
+  OpenAiServer server(engine, tokenizer, chat.get(), limits, server_options);
+
+  // SIGINT and SIGTERM stop the server from a thread that waits for them.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  const int port = server.bind();
+  fmt::print(stderr, "pagoda serve: model '{}' ({} KV blocks), listening on http://{}:{}\n",
+             limits.served_model_name, setup.plan.num_blocks - kNullBlocks, options.server.host,
+             port);
+  std::thread waiter([&] {
+    int signal = 0;
+    sigwait(&signals, &signal);
+    server.stop();
+  });
+  server.run();
+  // run() also returns when listening fails; wake the waiter so it can be joined.
+  pthread_kill(waiter.native_handle(), SIGTERM);
+  waiter.join();
+}
+
+}  // namespace
+
+void add_serve_command(CLI::App& app) {
+  auto options = std::make_shared<ServeOptions>();
+  CLI::App* command = app.add_subcommand("serve", "Serve the OpenAI API over HTTP");
+  command->add_option("--model", options->model_dir,
+                      "Model directory (default: the embedded models/kjv-gemma4)");
+  command->add_option("--tokenizer", options->tokenizer_dir,
+                      "Directory of tokenizer.json (default: the model's)");
+  command->add_option("--host", options->server.host, "Address to listen on")
+      ->capture_default_str();
+  command->add_option("--port", options->server.port, "Port (0: any free port)")
+      ->capture_default_str();
+  command->add_option("--api-key", options->server.api_key,
+                      "Require 'Authorization: Bearer KEY' on /v1 routes");
+  command->add_option("--served-model-name", options->served_model_name,
+                      "The model's name in the API (default: the model directory's name)");
+  command
+      ->add_option("--max-body-bytes", options->server.max_body_bytes,
+                   "Largest request body accepted")
+      ->capture_default_str();
+  add_engine_flags(*command, options->engine);
+  command->callback([options] { run_serve(*options); });
+}
+
+}  // namespace pagoda

@@ -1,0 +1,191 @@
+#include "server/engine_service.h"
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+
+namespace pagoda {
+
+std::vector<RequestDelta> RequestHandle::wait(std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  ready_.wait_for(lock, timeout, [&] { return !deltas_.empty(); });
+  std::vector<RequestDelta> out(std::make_move_iterator(deltas_.begin()),
+                                std::make_move_iterator(deltas_.end()));
+  deltas_.clear();
+  return out;
+}
+
+std::string RequestHandle::error() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return error_;
+}
+
+EngineService::EngineService(CausalLm& model, const KvCachePlan& plan, const KvCache& cache,
+                             const GeneratorConfig& config)
+    : plan_(plan),
+      engine_(model, plan, cache, config),
+      time_to_first_token_({0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1,
+                            2.5, 5, 7.5, 10, 20, 40, 80}),
+      inter_token_latency_({0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1, 2.5,
+                            5, 7.5, 10, 20, 40, 80}),
+      e2e_latency_({0.3, 0.5, 0.8, 1,  1.5, 2,   2.5, 5,   10,   15,  20,
+                    30,  40,  50,  60, 120, 240, 480, 960, 1920, 7680}),
+      thread_([this] { loop(); }) {}
+
+EngineService::~EngineService() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+  }
+  wake_.notify_all();
+  thread_.join();
+}
+
+std::shared_ptr<RequestHandle> EngineService::submit(GenerationRequest request) {
+  engine_.validate(request);
+  auto handle = std::make_shared<RequestHandle>();
+  handle->submitted_ = RequestHandle::Clock::now();
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    incoming_.emplace_back(std::move(request), handle);
+  }
+  wake_.notify_all();
+  return handle;
+}
+
+void EngineService::abort(const std::shared_ptr<RequestHandle>& handle) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    aborting_.push_back(handle);
+  }
+  wake_.notify_all();
+}
+
+void EngineService::admit_and_abort() {
+  std::vector<std::pair<GenerationRequest, std::shared_ptr<RequestHandle>>> incoming;
+  std::vector<std::shared_ptr<RequestHandle>> aborting;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    incoming.swap(incoming_);
+    aborting.swap(aborting_);
+  }
+  for (auto& [request, handle] : incoming) {
+    try {
+      handle->engine_id_ = engine_.add_request(std::move(request));
+      active_[handle->engine_id_] = handle;
+    } catch (const Error& error) {  // validated at submit; the pool may still refuse it
+      std::lock_guard<std::mutex> lock(handle->mutex_);
+      handle->error_ = error.what();
+      handle->deltas_.push_back({.finish_reason = FinishReason::kAbort});
+      handle->ready_.notify_all();
+    }
+  }
+  for (const auto& handle : aborting) {
+    if (handle->engine_id_ >= 0 && active_.count(handle->engine_id_) != 0) {
+      engine_.abort(handle->engine_id_);
+    }
+  }
+}
+
+void EngineService::deliver(const std::vector<RequestDelta>& deltas) {
+  // Metrics first, so that a client who has seen its last delta also sees them updated.
+  const auto now = RequestHandle::Clock::now();
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (const RequestDelta& delta : deltas) {
+      const auto it = active_.find(delta.request_id);
+      if (it == active_.end()) continue;
+      RequestHandle& handle = *it->second;
+      for (size_t i = 0; i < delta.new_tokens.size(); ++i) {
+        const auto since = now - (handle.has_token_ ? handle.last_token_ : handle.submitted_);
+        (handle.has_token_ ? inter_token_latency_ : time_to_first_token_)
+            .observe(std::chrono::duration<double>(since).count());
+        handle.has_token_ = true;
+        handle.last_token_ = now;
+      }
+      if (delta.finish_reason != FinishReason::kNone) {
+        e2e_latency_.observe(std::chrono::duration<double>(now - handle.submitted_).count());
+      }
+    }
+    running_ = engine_.num_running();
+    waiting_ = engine_.num_waiting();
+    const double total = static_cast<double>(plan_.num_blocks - kNullBlocks);
+    kv_usage_ = 1.0 - static_cast<double>(engine_.num_free_blocks()) / total;
+    stats_ = engine_.stats();
+  }
+  for (const RequestDelta& delta : deltas) {
+    const auto it = active_.find(delta.request_id);
+    if (it == active_.end()) continue;
+    {
+      RequestHandle& handle = *it->second;
+      std::lock_guard<std::mutex> lock(handle.mutex_);
+      handle.deltas_.push_back(delta);
+      handle.ready_.notify_all();
+    }
+    if (delta.finish_reason != FinishReason::kNone) {
+      engine_.release(delta.request_id);
+      active_.erase(it);
+    }
+  }
+}
+
+void EngineService::fail_all(const std::string& message) {
+  for (auto& [id, handle] : active_) {
+    std::lock_guard<std::mutex> lock(handle->mutex_);
+    handle->error_ = message;
+    handle->deltas_.push_back({.request_id = id, .finish_reason = FinishReason::kAbort});
+    handle->ready_.notify_all();
+  }
+  active_.clear();
+}
+
+void EngineService::loop() {
+  while (true) {
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      wake_.wait(lock, [&] {
+        return stopping_ || !incoming_.empty() || !aborting_.empty() || engine_.has_unfinished();
+      });
+      if (stopping_) return;
+    }
+    try {
+      admit_and_abort();
+      deliver(engine_.step());
+    } catch (const std::exception& error) {
+      // A failed step ends every running request with the error; the server stays up.
+      fail_all(fmt::format("the engine failed: {}", error.what()));
+    }
+  }
+}
+
+std::string EngineService::metrics_text() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::string out;
+  out += render_metric("pagoda:num_requests_running", "gauge", "Requests in the running batch.",
+                       static_cast<double>(running_));
+  out += render_metric("pagoda:num_requests_waiting", "gauge", "Requests waiting to run.",
+                       static_cast<double>(waiting_));
+  out += render_metric("pagoda:kv_cache_usage_perc", "gauge",
+                       "Fraction of KV cache blocks in use (1 means full).", kv_usage_);
+  out += render_metric("pagoda:prefix_cache_queries_total", "counter",
+                       "Prompt tokens looked up in the prefix cache.",
+                       static_cast<double>(stats_.prefix_query_tokens));
+  out += render_metric("pagoda:prefix_cache_hits_total", "counter",
+                       "Prompt tokens found in the prefix cache.",
+                       static_cast<double>(stats_.prefix_hit_tokens));
+  out += render_metric("pagoda:num_preemptions_total", "counter", "Requests preempted.",
+                       static_cast<double>(stats_.preemptions));
+  out += render_metric("pagoda:prompt_tokens_total", "counter", "Prompt tokens taken.",
+                       static_cast<double>(stats_.prompt_tokens));
+  out += render_metric("pagoda:generation_tokens_total", "counter", "Tokens generated.",
+                       static_cast<double>(stats_.generated_tokens));
+  out += time_to_first_token_.render("pagoda:time_to_first_token_seconds",
+                                     "Time from a request's arrival to its first token.");
+  out += inter_token_latency_.render("pagoda:inter_token_latency_seconds",
+                                     "Time between a request's consecutive tokens.");
+  out += e2e_latency_.render("pagoda:e2e_request_latency_seconds",
+                             "Time from a request's arrival to its end.");
+  return out;
+}
+
+}  // namespace pagoda

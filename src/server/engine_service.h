@@ -1,0 +1,88 @@
+// The engine on its own thread. HTTP handler threads submit requests and read each request's
+// deltas from its own thread-safe queue; new requests and aborts take effect between steps. The
+// thread sleeps while there is nothing to run.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "engine/generator.h"
+#include "server/metrics.h"
+
+namespace pagoda {
+
+// One request's side of the queue.
+class RequestHandle {
+ public:
+  // Waits up to `timeout` for news; returns what arrived (nothing on a timeout). After the delta
+  // with a finish reason, nothing more comes.
+  std::vector<RequestDelta> wait(std::chrono::milliseconds timeout);
+  // Set when the engine failed while running the request (the last delta then says abort).
+  std::string error() const;
+
+ private:
+  friend class EngineService;
+  using Clock = std::chrono::steady_clock;
+
+  mutable std::mutex mutex_;
+  std::condition_variable ready_;
+  std::deque<RequestDelta> deltas_;
+  std::string error_;
+  // Engine-thread state:
+  int64_t engine_id_ = -1;  // -1 until the engine has it
+  Clock::time_point submitted_;
+  Clock::time_point last_token_;
+  bool has_token_ = false;
+};
+
+class EngineService {
+ public:
+  // Starts the thread. The model, plan and cache must outlive the service.
+  EngineService(CausalLm& model, const KvCachePlan& plan, const KvCache& cache,
+                const GeneratorConfig& config);
+  ~EngineService();  // stops the thread; unfinished requests are dropped
+  EngineService(const EngineService&) = delete;
+  EngineService& operator=(const EngineService&) = delete;
+
+  // Validates the request (Error names the problem) and queues it.
+  std::shared_ptr<RequestHandle> submit(GenerationRequest request);
+  // Ends a request wherever it is and frees its blocks; a no-op once it has finished.
+  void abort(const std::shared_ptr<RequestHandle>& handle);
+  // Gauges, counters and latency histograms in Prometheus text format.
+  std::string metrics_text() const;
+
+ private:
+  void loop();
+  void admit_and_abort();  // engine thread: takes queued requests and aborts
+  void deliver(const std::vector<RequestDelta>& deltas);
+  void fail_all(const std::string& message);
+
+  const KvCachePlan& plan_;
+  Engine engine_;  // used by the engine thread only (validate() excepted)
+  mutable std::mutex mutex_;
+  std::condition_variable wake_;
+  std::vector<std::pair<GenerationRequest, std::shared_ptr<RequestHandle>>> incoming_;
+  std::vector<std::shared_ptr<RequestHandle>> aborting_;
+  bool stopping_ = false;
+  std::unordered_map<int64_t, std::shared_ptr<RequestHandle>> active_;  // engine thread only
+
+  // Metrics, under mutex_.
+  int64_t running_ = 0;
+  int64_t waiting_ = 0;
+  double kv_usage_ = 0;
+  GenerationStats stats_;
+  Histogram time_to_first_token_;
+  Histogram inter_token_latency_;
+  Histogram e2e_latency_;
+
+  std::thread thread_;  // last: started once everything above exists
+};
+
+}  // namespace pagoda

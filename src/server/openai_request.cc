@@ -1,0 +1,210 @@
+#include "server/openai_request.h"
+
+#include <cmath>
+#include <limits>
+
+#include "core/error.h"
+
+namespace pagoda {
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+[[noreturn]] void bad(const std::string& param, const std::string& message) {
+  throw ApiError(400, message, param);
+}
+
+double number(const Json& value, const std::string& name) {
+  if (!value.is_number())
+    bad(name, fmt::format("'{}' must be a number, not {}", name, value.dump()));
+  return value.get<double>();
+}
+
+int64_t integer(const Json& value, const std::string& name) {
+  if (!value.is_number_integer()) {
+    bad(name, fmt::format("'{}' must be an integer, not {}", name, value.dump()));
+  }
+  return value.get<int64_t>();
+}
+
+bool boolean(const Json& value, const std::string& name) {
+  if (!value.is_boolean())
+    bad(name, fmt::format("'{}' must be true or false, not {}", name, value.dump()));
+  return value.get<bool>();
+}
+
+std::vector<int32_t> token_ids(const Json& value, const std::string& name) {
+  std::vector<int32_t> ids;
+  for (const Json& id : value) {
+    if (!id.is_number_integer() || id.get<int64_t>() < 0 ||
+        id.get<int64_t>() > std::numeric_limits<int32_t>::max()) {
+      bad(name, fmt::format("'{}' holds {}, which is not a token id", name, id.dump()));
+    }
+    ids.push_back(static_cast<int32_t>(id.get<int64_t>()));
+  }
+  return ids;
+}
+
+bool is_id_list(const Json& value) {
+  if (!value.is_array() || value.empty()) return false;
+  for (const Json& item : value) {
+    if (!item.is_number_integer()) return false;
+  }
+  return true;
+}
+
+// The completions `prompt`: a string, a list of ids, a list of strings or a list of id lists.
+void read_prompts(const Json& prompt, const Tokenizer& tokenizer, OpenAiRequest& request) {
+  const auto add_text = [&](const std::string& text) {
+    request.prompts.push_back(tokenizer.encode(text));
+    request.prompt_texts.push_back(text);
+  };
+  const auto add_ids = [&](const Json& ids) {
+    request.prompts.push_back(token_ids(ids, "prompt"));
+    request.prompt_texts.push_back(tokenizer.decode(request.prompts.back()));
+  };
+  if (prompt.is_string()) {
+    add_text(prompt.get<std::string>());
+  } else if (is_id_list(prompt)) {
+    add_ids(prompt);
+  } else if (prompt.is_array() && !prompt.empty()) {
+    for (const Json& item : prompt) {
+      if (item.is_string()) {
+        add_text(item.get<std::string>());
+      } else if (is_id_list(item)) {
+        add_ids(item);
+      } else {
+        bad("prompt", "each prompt in a list must be a string or a list of token ids");
+      }
+    }
+  } else {
+    bad("prompt", "'prompt' must be a string, a list of token ids or a list of those");
+  }
+  for (size_t i = 0; i < request.prompts.size(); ++i) {
+    if (request.prompts[i].empty()) bad("prompt", fmt::format("prompt {} has no tokens", i));
+  }
+}
+
+std::vector<std::string> read_stop(const Json& value) {
+  if (value.is_null()) return {};
+  if (value.is_string()) return {value.get<std::string>()};
+  std::vector<std::string> stop;
+  if (value.is_array()) {
+    for (const Json& item : value) {
+      if (!item.is_string()) bad("stop", "'stop' must be a string or a list of strings");
+      stop.push_back(item.get<std::string>());
+    }
+    return stop;
+  }
+  bad("stop", "'stop' must be a string or a list of strings");
+}
+
+// The sampling fields shared by both endpoints.
+void read_sampling(const Json& body, OpenAiRequest& request) {
+  SamplingParams& params = request.params;
+  const auto optional = [&](const char* name) -> const Json* {
+    const auto it = body.find(name);
+    return it == body.end() || it->is_null() ? nullptr : &*it;
+  };
+  if (const Json* v = optional("temperature")) params.temperature = number(*v, "temperature");
+  if (const Json* v = optional("top_p")) params.top_p = number(*v, "top_p");
+  if (const Json* v = optional("top_k")) params.top_k = integer(*v, "top_k");
+  if (const Json* v = optional("min_p")) params.min_p = number(*v, "min_p");
+  if (const Json* v = optional("presence_penalty")) {
+    params.presence_penalty = number(*v, "presence_penalty");
+  }
+  if (const Json* v = optional("frequency_penalty")) {
+    params.frequency_penalty = number(*v, "frequency_penalty");
+  }
+  if (const Json* v = optional("repetition_penalty")) {
+    params.repetition_penalty = number(*v, "repetition_penalty");
+  }
+  if (const Json* v = optional("seed")) params.seed = static_cast<uint64_t>(integer(*v, "seed"));
+  if (const Json* v = optional("min_tokens")) params.min_tokens = integer(*v, "min_tokens");
+  if (const Json* v = optional("ignore_eos")) params.ignore_eos = boolean(*v, "ignore_eos");
+  if (const Json* v = optional("stop_token_ids")) {
+    if (!v->is_array()) bad("stop_token_ids", "'stop_token_ids' must be a list of token ids");
+    params.stop_token_ids = token_ids(*v, "stop_token_ids");
+  }
+  if (const Json* v = optional("n")) request.n = integer(*v, "n");
+  if (const Json* v = optional("stop")) request.stop = read_stop(*v);
+  if (const Json* v = optional("stream")) request.stream = boolean(*v, "stream");
+  if (const Json* v = optional("stream_options")) {
+    if (!v->is_object()) bad("stream_options", "'stream_options' must be an object");
+    if (v->contains("include_usage")) {
+      request.include_usage = boolean((*v)["include_usage"], "stream_options.include_usage");
+    }
+  }
+}
+
+}  // namespace
+
+OpenAiRequest parse_openai_request(const Json& body, Endpoint endpoint, const Tokenizer& tokenizer,
+                                   const ChatTemplate* chat, const RequestLimits& limits) {
+  if (!body.is_object()) bad("", "the request body must be a JSON object");
+  OpenAiRequest request{.endpoint = endpoint};
+  if (body.contains("model") && !body["model"].is_null()) {
+    if (!body["model"].is_string()) bad("model", "'model' must be a string");
+    const std::string model = body["model"].get<std::string>();
+    if (model != limits.served_model_name) {
+      throw ApiError(404,
+                     fmt::format("the model '{}' does not exist; this server has '{}'", model,
+                                 limits.served_model_name),
+                     "model", "NotFoundError");
+    }
+  }
+  read_sampling(body, request);
+  const auto max_tokens_field = [&](const char* name) -> std::optional<int64_t> {
+    if (!body.contains(name) || body[name].is_null()) return std::nullopt;
+    return integer(body[name], name);
+  };
+  std::optional<int64_t> max_tokens = max_tokens_field("max_tokens");
+  if (endpoint == Endpoint::kCompletions) {
+    if (!body.contains("prompt")) bad("prompt", "'prompt' is required");
+    read_prompts(body["prompt"], tokenizer, request);
+    if (body.contains("echo") && !body["echo"].is_null())
+      request.echo = boolean(body["echo"], "echo");
+    if (body.contains("logprobs") && !body["logprobs"].is_null()) {
+      request.logprobs = integer(body["logprobs"], "logprobs");
+      if (request.logprobs < 0) bad("logprobs", "'logprobs' must not be negative");
+    }
+    request.params.max_tokens = max_tokens.value_or(16);
+  } else {
+    if (!body.contains("messages")) bad("messages", "'messages' is required");
+    if (chat == nullptr) bad("messages", "this model has no chat template");
+    try {
+      request.prompts.push_back(chat->encode(body["messages"]));
+    } catch (const Error& error) {
+      bad("messages", error.what());
+    }
+    request.prompt_texts.push_back("");
+    if (const auto completion = max_tokens_field("max_completion_tokens")) max_tokens = completion;
+    if (body.contains("logprobs") && !body["logprobs"].is_null() &&
+        boolean(body["logprobs"], "logprobs")) {
+      request.logprobs = 0;
+      if (body.contains("top_logprobs") && !body["top_logprobs"].is_null()) {
+        request.logprobs = integer(body["top_logprobs"], "top_logprobs");
+        if (request.logprobs < 0) bad("top_logprobs", "'top_logprobs' must not be negative");
+      }
+    }
+    // Without max_tokens a chat completion may run to the end of the context.
+    const int64_t room = limits.max_model_len - static_cast<int64_t>(request.prompts[0].size());
+    request.params.max_tokens = max_tokens.value_or(std::max<int64_t>(room, 1));
+  }
+  if (request.logprobs > limits.max_logprobs) {
+    bad("logprobs", fmt::format("at most {} log-probabilities per token; asked for {}",
+                                limits.max_logprobs, request.logprobs));
+  }
+  request.params.logprobs = std::max<int64_t>(request.logprobs, 0);
+  if (request.n < 1 || request.n > limits.max_n) {
+    bad("n", fmt::format("'n' is {}; it must be in [1, {}]", request.n, limits.max_n));
+  }
+  try {
+    request.params.validate(tokenizer.vocab_size());
+  } catch (const Error& error) {
+    bad("", error.what());
+  }
+  return request;
+}
+
+}  // namespace pagoda

@@ -1,0 +1,117 @@
+#include "server/engine_service.h"
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <thread>
+
+#include "engine/cache_setup.h"
+
+namespace pagoda {
+namespace {
+
+using std::chrono::milliseconds;
+
+struct TinyModel {
+  ModelConfig config;
+  std::unique_ptr<CausalLm> model;
+  CacheSetup cache;
+  KvCache memory;
+  GeneratorConfig generator;
+
+  TinyModel() {
+    const std::string dir = std::string(PAGODA_SOURCE_DIR) + "/tests/fixtures/llama-tiny";
+    config = load_model_config(dir);
+    WeightSource weights = WeightSource::from_checkpoint(dir);
+    model = build_causal_lm(config, weights);
+    CacheFlags flags;
+    flags.num_blocks = 300;
+    flags.block_size = 4;
+    cache = plan_cache(config, nullptr, flags);
+    memory = allocate_kv_cache(cache.plan, Device::cpu());
+    generator = {.vocab_size = config.vocab_size,
+                 .max_model_len = cache.plan.max_model_len,
+                 .eos_token_ids = config.eos_token_ids};
+  }
+};
+
+GenerationRequest request(int32_t first, int64_t max_tokens) {
+  return {.prompt_token_ids = {first, 7, 9, first},
+          .params = {.temperature = 0.0, .max_tokens = max_tokens, .ignore_eos = true}};
+}
+
+// Every token of a request's deltas, until its finish reason.
+std::pair<std::vector<int32_t>, FinishReason> drain(RequestHandle& handle) {
+  std::vector<int32_t> tokens;
+  for (int polls = 0; polls < 2000; ++polls) {
+    for (const RequestDelta& delta : handle.wait(milliseconds(50))) {
+      for (const SampledToken& token : delta.new_tokens)
+        tokens.push_back(token.token_id);
+      if (delta.finish_reason != FinishReason::kNone) return {tokens, delta.finish_reason};
+    }
+  }
+  ADD_FAILURE() << "the request never finished";
+  return {tokens, FinishReason::kNone};
+}
+
+double metric(const std::string& text, const std::string& name) {
+  const size_t at = text.find("\n" + name + " ");
+  EXPECT_NE(at, std::string::npos) << name;
+  return std::stod(text.substr(at + name.size() + 2));
+}
+
+TEST(EngineServiceTest, ConcurrentSubmittersGetTheirOwnTokens) {
+  TinyModel tiny;
+  // What each request gives when run alone, through the offline API.
+  std::vector<std::vector<int32_t>> expected;
+  for (int32_t r = 0; r < 8; ++r) {
+    const GenerationResult result = generate(*tiny.model, tiny.cache.plan, tiny.memory,
+                                             tiny.generator, {request(10 + r, 6 + r)})
+                                        .front();
+    std::vector<int32_t> ids;
+    for (const SampledToken& token : result.tokens)
+      ids.push_back(token.token_id);
+    expected.push_back(ids);
+  }
+  EngineService service(*tiny.model, tiny.cache.plan, tiny.memory, tiny.generator);
+  std::vector<std::vector<int32_t>> got(8);
+  std::vector<std::thread> clients;
+  for (int32_t r = 0; r < 8; ++r) {
+    clients.emplace_back([&, r] {
+      auto handle = service.submit(request(10 + r, 6 + r));
+      auto [tokens, reason] = drain(*handle);
+      EXPECT_EQ(reason, FinishReason::kLength);
+      got[r] = tokens;
+    });
+  }
+  for (std::thread& client : clients)
+    client.join();
+  EXPECT_EQ(got, expected);
+  const std::string metrics = service.metrics_text();
+  EXPECT_EQ(metric(metrics, "pagoda:generation_tokens_total"), 6 * 8 + 28);
+  EXPECT_EQ(metric(metrics, "pagoda:num_requests_running"), 0);
+  EXPECT_NE(metrics.find("pagoda:time_to_first_token_seconds_count 8"), std::string::npos);
+}
+
+TEST(EngineServiceTest, AbortFreesTheRequestsBlocksAndBadRequestsThrow) {
+  TinyModel tiny;
+  EngineService service(*tiny.model, tiny.cache.plan, tiny.memory, tiny.generator);
+  auto handle = service.submit(request(5, 200));
+  // Wait for the first tokens, then abort.
+  while (handle->wait(milliseconds(50)).empty()) {
+  }
+  service.abort(handle);
+  auto [tokens, reason] = drain(*handle);
+  EXPECT_EQ(reason, FinishReason::kAbort);
+  EXPECT_LT(tokens.size(), 200u);
+  service.abort(handle);  // a second abort is harmless
+  // The metrics catch up at the engine's next step.
+  auto ok = service.submit(request(6, 2));
+  drain(*ok);
+  EXPECT_EQ(metric(service.metrics_text(), "pagoda:kv_cache_usage_perc"), 0.0);
+  EXPECT_THROW(service.submit({.prompt_token_ids = {999}}), Error);  // outside the vocabulary
+  EXPECT_THROW(service.submit(request(1, 1000)), Error);             // past max_model_len
+}
+
+}  // namespace
+}  // namespace pagoda

@@ -1,0 +1,94 @@
+#include "server/openai_request.h"
+
+#include <gtest/gtest.h>
+
+namespace pagoda {
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+const Tokenizer& byte_tokenizer() {
+  static const Tokenizer tokenizer =
+      Tokenizer::load(std::string(PAGODA_SOURCE_DIR) + "/tests/fixtures/byte-tokenizer");
+  return tokenizer;
+}
+
+OpenAiRequest parse(const std::string& body, Endpoint endpoint = Endpoint::kCompletions) {
+  static const ChatTemplate chat(byte_tokenizer());
+  return parse_openai_request(Json::parse(body), endpoint, byte_tokenizer(), &chat,
+                              {.served_model_name = "m", .max_model_len = 64});
+}
+
+TEST(OpenAiRequestTest, CompletionFields) {
+  const OpenAiRequest r = parse(
+      R"({"model": "m", "prompt": ["ab", [1, 2]], "n": 2, "max_tokens": 5, "temperature": 0.5,
+          "top_p": 0.9, "top_k": 4, "seed": 7, "stop": "x", "logprobs": 3, "echo": true,
+          "stream": true, "stream_options": {"include_usage": true}, "user": "ignored"})");
+  ASSERT_EQ(r.prompts.size(), 2u);
+  EXPECT_EQ(r.prompts[0], (std::vector<int32_t>{'a', 'b'}));
+  EXPECT_EQ(r.prompts[1], (std::vector<int32_t>{1, 2}));
+  EXPECT_EQ(r.prompt_texts[0], "ab");
+  EXPECT_EQ(r.n, 2);
+  EXPECT_EQ(r.params.max_tokens, 5);
+  EXPECT_EQ(r.params.top_k, 4);
+  EXPECT_EQ(r.params.seed, 7u);
+  EXPECT_EQ(r.stop, (std::vector<std::string>{"x"}));
+  EXPECT_EQ(r.logprobs, 3);
+  EXPECT_EQ(r.params.logprobs, 3);
+  EXPECT_TRUE(r.echo && r.stream && r.include_usage);
+}
+
+TEST(OpenAiRequestTest, ChatFieldsAndDefaults) {
+  const OpenAiRequest r = parse(
+      R"({"messages": [{"role": "user", "content": "hi"}], "logprobs": true, "top_logprobs": 2})",
+      Endpoint::kChatCompletions);
+  const std::string prompt = "<user>hi\n<assistant>";
+  EXPECT_EQ(r.prompts[0], std::vector<int32_t>(prompt.begin(), prompt.end()));
+  EXPECT_EQ(r.logprobs, 2);
+  // Without max_tokens a chat reply may fill the rest of the context.
+  EXPECT_EQ(r.params.max_tokens, 64 - static_cast<int64_t>(prompt.size()));
+  EXPECT_EQ(parse(R"({"prompt": "a"})").params.max_tokens, 16);
+  EXPECT_EQ(parse(R"({"prompt": "a"})").logprobs, -1);
+}
+
+TEST(OpenAiRequestTest, BadRequestsNameTheParameter) {
+  const std::pair<const char*, const char*> cases[] = {
+      {R"([])", ""},
+      {R"({})", "prompt"},
+      {R"({"prompt": 5})", "prompt"},
+      {R"({"prompt": [[]]})", "prompt"},
+      {R"({"prompt": [-1]})", "prompt"},
+      {R"({"prompt": "a", "max_tokens": "5"})", "max_tokens"},
+      {R"({"prompt": "a", "temperature": "hot"})", "temperature"},
+      {R"({"prompt": "a", "n": 0})", "n"},
+      {R"({"prompt": "a", "n": 1000})", "n"},
+      {R"({"prompt": "a", "stop": [1]})", "stop"},
+      {R"({"prompt": "a", "stream": "yes"})", "stream"},
+      {R"({"prompt": "a", "logprobs": 100})", "logprobs"},
+      {R"({"prompt": "a", "logprobs": -1})", "logprobs"},
+      {R"({"prompt": "a", "seed": 1.5})", "seed"},
+  };
+  for (const auto& [body, param] : cases) {
+    try {
+      parse(body);
+      ADD_FAILURE() << body << " was accepted";
+    } catch (const ApiError& error) {
+      EXPECT_EQ(error.status, 400) << body;
+      EXPECT_EQ(error.param, param) << body << ": " << error.what();
+    }
+  }
+  // Values out of range are reported by the sampling parameters' own check.
+  EXPECT_THROW(parse(R"({"prompt": "a", "temperature": -1})"), ApiError);
+  EXPECT_THROW(parse(R"({"prompt": "a", "top_p": 0})"), ApiError);
+  EXPECT_THROW(parse(R"({"messages": "hi"})", Endpoint::kChatCompletions), ApiError);
+  EXPECT_THROW(parse(R"({"messages": [{"content": "x"}]})", Endpoint::kChatCompletions), ApiError);
+  try {
+    parse(R"({"model": "other", "prompt": "a"})");
+    ADD_FAILURE() << "an unknown model was accepted";
+  } catch (const ApiError& error) {
+    EXPECT_EQ(error.status, 404);
+  }
+}
+
+}  // namespace
+}  // namespace pagoda
