@@ -271,7 +271,9 @@ TEST(GeneratorTest, SeededSamplingIgnoresBatching) {
     fixture->memory = allocate_kv_cache(fixture->cache.plan, Device::cpu());
     GenerationStats stats;
     EXPECT_EQ(tokens_of(run(*fixture, requests, c.scheduler, &stats)), alone);
-    if (c.num_blocks == 33) EXPECT_GT(stats.preemptions, 0);
+    if (c.num_blocks == 33) {
+      EXPECT_GT(stats.preemptions, 0);
+    }
   }
 }
 
