@@ -9,7 +9,7 @@ namespace pagoda {
 namespace {
 
 void check_request(const GeneratorConfig& config, const KvCachePlan& plan,
-              const GenerationRequest& request) {
+                   const GenerationRequest& request) {
   const int64_t prompt = static_cast<int64_t>(request.prompt_token_ids.size());
   if (prompt == 0) fail("empty prompt");
   for (int32_t id : request.prompt_token_ids) {

@@ -32,6 +32,18 @@ std::string checkpoint_dir(const std::string& name) {
   return std::string(PAGODA_SOURCE_DIR) + "/models/" + name;
 }
 
+// A fresh KV pool of `num_blocks` small blocks (every prompt spans several) for the fixture, in
+// float32 as the reference computes: bf16 checkpoints get an f32 cache too.
+void replan(Fixture& fixture, int64_t num_blocks, int64_t max_model_len) {
+  CacheFlags flags;
+  flags.num_blocks = num_blocks;
+  flags.block_size = 4;
+  flags.max_model_len = max_model_len;
+  flags.dtype = "float32";
+  fixture.cache = plan_cache(fixture.config, nullptr, flags);
+  fixture.memory = allocate_kv_cache(fixture.cache.plan, Device::cpu());
+}
+
 std::unique_ptr<Fixture> load_fixture(const std::string& name) {
   const std::string dir = std::string(PAGODA_SOURCE_DIR) + "/tests/fixtures/" + name;
   auto fixture = std::make_unique<Fixture>();
@@ -39,13 +51,7 @@ std::unique_ptr<Fixture> load_fixture(const std::string& name) {
   WeightSource weights = WeightSource::from_checkpoint(checkpoint_dir(name));
   fixture->model = build_causal_lm(fixture->config, weights);
   EXPECT_TRUE(weights.unused().empty());
-  CacheFlags flags;
-  flags.num_blocks = 200;
-  flags.block_size = 4;  // small blocks: every prompt spans several
-  flags.max_model_len = 256;
-  flags.dtype = "float32";  // as the reference: bf16 checkpoints get an f32 cache too
-  fixture->cache = plan_cache(fixture->config, nullptr, flags);
-  fixture->memory = allocate_kv_cache(fixture->cache.plan, Device::cpu());
+  replan(*fixture, 200, 256);
   std::ifstream file(dir + "/reference.json");
   fixture->reference = nlohmann::json::parse(file);
   return fixture;
@@ -186,12 +192,7 @@ TEST(GeneratorTest, ContinuousBatchingChangesNoToken) {
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.label);
-    CacheFlags flags;
-    flags.num_blocks = c.num_blocks;
-    flags.block_size = 4;
-    flags.max_model_len = 64;
-    fixture->cache = plan_cache(fixture->config, nullptr, flags);
-    fixture->memory = allocate_kv_cache(fixture->cache.plan, Device::cpu());
+    replan(*fixture, c.num_blocks, 64);
     GenerationStats stats;
     const std::vector<GenerationResult> results = run(*fixture, requests, c.scheduler, &stats);
     for (size_t r = 0; r < requests.size(); ++r) {
@@ -263,12 +264,7 @@ TEST(GeneratorTest, SeededSamplingIgnoresBatching) {
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.label);
-    CacheFlags flags;
-    flags.num_blocks = c.num_blocks;
-    flags.block_size = 4;
-    flags.max_model_len = 128;
-    fixture->cache = plan_cache(fixture->config, nullptr, flags);
-    fixture->memory = allocate_kv_cache(fixture->cache.plan, Device::cpu());
+    replan(*fixture, c.num_blocks, 128);
     GenerationStats stats;
     EXPECT_EQ(tokens_of(run(*fixture, requests, c.scheduler, &stats)), alone);
     if (c.num_blocks == 33) {
