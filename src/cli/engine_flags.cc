@@ -1,8 +1,24 @@
 #include "cli/engine_flags.h"
 
+#include "cli/prompts.h"
 #include "core/error.h"
 
 namespace pagoda {
+
+std::string ModelFlags::model() const {
+  return model_dir_or_default(model_dir);
+}
+
+std::string ModelFlags::tokenizer() const {
+  return tokenizer_dir.empty() ? model() : tokenizer_dir;
+}
+
+void add_model_flags(CLI::App& command, ModelFlags& flags) {
+  command.add_option("--model", flags.model_dir,
+                     "Model directory (default: the embedded models/kjv-gemma4)");
+  command.add_option("--tokenizer", flags.tokenizer_dir,
+                     "Directory of tokenizer.json (default: the model's)");
+}
 
 void add_engine_flags(CLI::App& command, EngineFlags& flags) {
   command.add_option("--seed", flags.seed, "Seed of dummy weights and unseeded requests")

@@ -12,6 +12,18 @@
 
 namespace pagoda {
 
+// Where a command's model and tokenizer are: --model (default: the embedded model) and
+// --tokenizer (default: the model's directory).
+struct ModelFlags {
+  std::string model_dir;
+  std::string tokenizer_dir;
+
+  std::string model() const;      // Error when no --model is given and the default is missing
+  std::string tokenizer() const;  // the same, for the tokenizer
+};
+
+void add_model_flags(CLI::App& command, ModelFlags& flags);
+
 struct EngineFlags {
   SchedulerConfig scheduler;
   bool no_prefix_caching = false;

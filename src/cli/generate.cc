@@ -19,8 +19,7 @@ namespace pagoda {
 namespace {
 
 struct GenerateOptions {
-  std::string model_dir;
-  std::string tokenizer_dir;            // empty: the model's
+  ModelFlags paths;
   std::vector<std::string> prompts;     // text
   std::vector<std::string> prompt_ids;  // each "1,2,3"
   std::string prompts_file;   // JSONL: [ids], or {"prompt_token_ids"|"prompt"|"messages", ...}
@@ -79,7 +78,7 @@ nlohmann::json result_json(const GenerationResult& result, const GenerationReque
 }
 
 void run_generate(const GenerateOptions& options) {
-  const std::string model_dir = model_dir_or_default(options.model_dir);
+  const std::string model_dir = options.paths.model();
   SamplingParams defaults = options.sampling;
   defaults.seed = options.request_seed;
   std::vector<PromptSpec> prompts;
@@ -104,8 +103,7 @@ void run_generate(const GenerateOptions& options) {
   if (prompts.empty()) fail("no prompts: give a prompt, --prompt-ids or --prompts-file");
 
   // The tokenizer, when there is one: text and chat prompts need it, and outputs are decoded.
-  const std::string tokenizer_dir =
-      options.tokenizer_dir.empty() ? model_dir : options.tokenizer_dir;
+  const std::string tokenizer_dir = options.paths.tokenizer();
   std::unique_ptr<Tokenizer> tokenizer;
   if (std::filesystem::exists(tokenizer_dir + "/tokenizer.json")) {
     tokenizer = std::make_unique<Tokenizer>(Tokenizer::load(tokenizer_dir));
@@ -190,8 +188,7 @@ void run_generate(const GenerateOptions& options) {
 void add_generate_command(CLI::App& app) {
   auto options = std::make_shared<GenerateOptions>();
   CLI::App* command = app.add_subcommand("generate", "Generate tokens from prompts");
-  command->add_option("--model", options->model_dir,
-                      "Model directory (default: the embedded models/kjv-gemma4)");
+  add_model_flags(*command, options->paths);
   command->add_option("prompt,--prompt", options->prompts,
                       "A prompt as text (needs tokenizer.json); repeat for a batch");
   command->add_option("--prompt-ids", options->prompt_ids,
@@ -204,8 +201,6 @@ void add_generate_command(CLI::App& app) {
   command->add_option("--messages", options->messages_file,
                       "A JSON file of chat messages ([{\"role\": ..., \"content\": ...}]) as one "
                       "prompt");
-  command->add_option("--tokenizer", options->tokenizer_dir,
-                      "Directory of tokenizer.json (default: the model's)");
   SamplingParams& sampling = options->sampling;
   command->add_option("--max-tokens", sampling.max_tokens, "Tokens to generate per prompt")
       ->capture_default_str();

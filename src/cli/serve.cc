@@ -15,18 +15,15 @@ namespace pagoda {
 namespace {
 
 struct ServeOptions {
-  std::string model_dir;
-  std::string tokenizer_dir;  // empty: the model's
+  ModelFlags paths;
   std::string served_model_name;
   ServerOptions server;
   EngineFlags engine;
 };
 
 void run_serve(const ServeOptions& options) {
-  const std::string model_dir = model_dir_or_default(options.model_dir);
-  const std::string tokenizer_dir =
-      options.tokenizer_dir.empty() ? model_dir : options.tokenizer_dir;
-  const Tokenizer tokenizer = Tokenizer::load(tokenizer_dir);
+  const std::string model_dir = options.paths.model();
+  const Tokenizer tokenizer = Tokenizer::load(options.paths.tokenizer());
   std::unique_ptr<ChatTemplate> chat;
   if (!tokenizer.chat_template().empty()) chat = std::make_unique<ChatTemplate>(tokenizer);
 
@@ -76,10 +73,7 @@ void run_serve(const ServeOptions& options) {
 void add_serve_command(CLI::App& app) {
   auto options = std::make_shared<ServeOptions>();
   CLI::App* command = app.add_subcommand("serve", "Serve the OpenAI API over HTTP");
-  command->add_option("--model", options->model_dir,
-                      "Model directory (default: the embedded models/kjv-gemma4)");
-  command->add_option("--tokenizer", options->tokenizer_dir,
-                      "Directory of tokenizer.json (default: the model's)");
+  add_model_flags(*command, options->paths);
   command->add_option("--host", options->server.host, "Address to listen on")
       ->capture_default_str();
   command->add_option("--port", options->server.port, "Port (0: any free port)")

@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cli/engine_flags.h"
 #include "cli/prompts.h"
 #include "core/error.h"
 #include "tokenizer/chat.h"
@@ -13,8 +14,7 @@ namespace pagoda {
 namespace {
 
 struct TokenizeOptions {
-  std::string model_dir;
-  std::string tokenizer_dir;  // empty: the model's
+  ModelFlags paths;
   std::string text;
   std::string ids;  // "1,2,3": decode instead
   bool chat = false;
@@ -23,9 +23,7 @@ struct TokenizeOptions {
 };
 
 void run_tokenize(const TokenizeOptions& options) {
-  const Tokenizer tokenizer =
-      Tokenizer::load(options.tokenizer_dir.empty() ? model_dir_or_default(options.model_dir)
-                                                    : options.tokenizer_dir);
+  const Tokenizer tokenizer = Tokenizer::load(options.paths.tokenizer());
   if (!options.ids.empty()) {
     const std::vector<int32_t> ids = parse_id_list(options.ids);
     const std::string text = tokenizer.decode(ids);
@@ -66,10 +64,7 @@ void add_tokenize_command(CLI::App& app) {
   auto options = std::make_shared<TokenizeOptions>();
   CLI::App* command =
       app.add_subcommand("tokenize", "Show the token ids and pieces of a text (or decode ids)");
-  command->add_option("--model", options->model_dir,
-                      "Model directory (default: the embedded models/kjv-gemma4)");
-  command->add_option("--tokenizer", options->tokenizer_dir,
-                      "Directory of tokenizer.json (default: the model's)");
+  add_model_flags(*command, options->paths);
   command->add_option("text", options->text, "The text to tokenize");
   command->add_option("--ids", options->ids, "Decode these comma-separated ids instead");
   command->add_flag("--chat", options->chat,
