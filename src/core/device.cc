@@ -30,4 +30,9 @@ int cuda_device_count() {
   return cuda::device_count();
 }
 
+DeviceMemory cuda_memory_info(Device device) {
+  const auto [free, total] = cuda::memory_info(device.index);
+  return {free, total};
+}
+
 }  // namespace pagoda

@@ -27,4 +27,11 @@ bool built_with_cuda();
 // CUDA devices visible to this process; 0 without CUDA or without a GPU.
 int cuda_device_count();
 
+struct DeviceMemory {
+  int64_t free_bytes = 0;
+  int64_t total_bytes = 0;
+};
+// Free and total memory of a GPU. Error without CUDA.
+DeviceMemory cuda_memory_info(Device device);
+
 }  // namespace pagoda

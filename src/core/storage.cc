@@ -108,7 +108,13 @@ std::shared_ptr<Storage> map_file_read_only(const std::string& path) {
 std::shared_ptr<Storage> allocate(int64_t size_bytes, Device device) {
   if (device.is_cpu()) return allocate_host(size_bytes);
   if (size_bytes < 0) fail("cannot allocate a negative size ({} bytes)", size_bytes);
-  return cuda::allocate_device(size_bytes, device.index);
+  return cuda::allocate_device(size_bytes, device.index, /*zero=*/true);
+}
+
+std::shared_ptr<Storage> allocate_uninitialized(int64_t size_bytes, Device device) {
+  if (device.is_cpu()) return allocate_host(size_bytes);
+  if (size_bytes < 0) fail("cannot allocate a negative size ({} bytes)", size_bytes);
+  return cuda::allocate_device(size_bytes, device.index, /*zero=*/false);
 }
 
 void copy_bytes(Storage& dst, int64_t dst_offset, Storage& src, int64_t src_offset, int64_t size) {

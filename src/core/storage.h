@@ -30,6 +30,9 @@ std::shared_ptr<Storage> map_file_read_only(const std::string& path);
 
 // Zero-filled memory on `device`. Throws Error when the device is unavailable or memory runs out.
 std::shared_ptr<Storage> allocate(int64_t size_bytes, Device device);
+// The same without the zero fill on a device (host memory is still zeroed): for outputs whose
+// every element is written before it is read.
+std::shared_ptr<Storage> allocate_uninitialized(int64_t size_bytes, Device device);
 
 // Copies `size` bytes between any two storages (host or device).
 void copy_bytes(Storage& dst, int64_t dst_offset, Storage& src, int64_t src_offset, int64_t size);

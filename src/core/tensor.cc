@@ -113,6 +113,14 @@ Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
   return Tensor(std::move(storage), dtype, shape, contiguous_strides(shape), 0);
 }
 
+Tensor Tensor::uninitialized(const Shape& shape, DType dtype, Device device) {
+  for (int64_t extent : shape) {
+    if (extent < 0) fail("tensor shape {} has a negative dim", shape);
+  }
+  auto storage = allocate_uninitialized(shape_numel(shape) * dtype_size(dtype), device);
+  return Tensor(std::move(storage), dtype, shape, contiguous_strides(shape), 0);
+}
+
 Tensor Tensor::from_storage(std::shared_ptr<Storage> storage, DType dtype, const Shape& shape,
                             const Shape& strides, int64_t offset_bytes) {
   PAGODA_CHECK(storage != nullptr, "from_storage needs a storage");

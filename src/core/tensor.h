@@ -26,6 +26,8 @@ class Tensor {
 
   // A new zero-filled contiguous tensor.
   static Tensor empty(const Shape& shape, DType dtype, Device device = Device::cpu());
+  // A new contiguous tensor whose device contents are unspecified: for outputs an op writes whole.
+  static Tensor uninitialized(const Shape& shape, DType dtype, Device device);
   // A view of existing storage. Throws Error when the view would reach outside the storage.
   static Tensor from_storage(std::shared_ptr<Storage> storage, DType dtype, const Shape& shape,
                              const Shape& strides, int64_t offset_bytes);

@@ -1,5 +1,10 @@
 #include <cuda_runtime.h>
 
+#include <map>
+#include <mutex>
+#include <vector>
+
+#include "core/cuda/context.h"
 #include "core/cuda/cuda_check.h"
 #include "core/cuda/device_storage.h"
 #include "core/storage.h"
@@ -7,9 +12,72 @@
 namespace pagoda::cuda {
 namespace {
 
+// Device memory is kept once allocated: a freed block goes back to a per-device list by size and
+// the next request of that size takes it, so steady-state steps make no cudaMalloc (which would
+// also break CUDA graph capture). Sizes round up to 512 bytes below 1 MiB and to 2 MiB above.
+class BlockCache {
+ public:
+  static BlockCache& instance() {
+    static BlockCache* cache = new BlockCache();  // outlives every storage; never destroyed
+    return *cache;
+  }
+
+  static int64_t rounded(int64_t size) {
+    const int64_t unit = size < (int64_t{1} << 20) ? 512 : int64_t{2} << 20;
+    return (size + unit - 1) / unit * unit;
+  }
+
+  std::byte* take(int64_t size, int device) {
+    {
+      const std::lock_guard lock(mutex_);
+      auto found = free_.find({device, size});
+      if (found != free_.end() && !found->second.empty()) {
+        std::byte* block = found->second.back();
+        found->second.pop_back();
+        return block;
+      }
+    }
+    PAGODA_CHECK(!stream_is_capturing(), "a new {}-byte device allocation during graph capture",
+                 size);
+    void* pointer = nullptr;
+    cudaError_t status = cudaMalloc(&pointer, size);
+    if (status == cudaErrorMemoryAllocation) {
+      cudaGetLastError();
+      release_all(device);  // cached blocks of other sizes may make room
+      status = cudaMalloc(&pointer, size);
+    }
+    if (status != cudaSuccess) {
+      cudaGetLastError();
+      fail("cannot allocate {} bytes on cuda:{}: {}", size, device, cudaGetErrorString(status));
+    }
+    return static_cast<std::byte*>(pointer);
+  }
+
+  void give_back(std::byte* block, int64_t size, int device) {
+    const std::lock_guard lock(mutex_);
+    free_[{device, size}].push_back(block);
+  }
+
+ private:
+  void release_all(int device) {
+    const std::lock_guard lock(mutex_);
+    PAGODA_CUDA_CHECK(cudaDeviceSynchronize());
+    for (auto& [key, blocks] : free_) {
+      if (key.first != device) continue;
+      for (std::byte* block : blocks)
+        cudaFree(block);
+      blocks.clear();
+    }
+  }
+
+  std::mutex mutex_;
+  std::map<std::pair<int, int64_t>, std::vector<std::byte*>> free_;
+};
+
 class DeviceStorage final : public Storage {
  public:
-  DeviceStorage(int64_t size_bytes, int device_index) : size_(size_bytes), index_(device_index) {
+  DeviceStorage(int64_t size_bytes, int device_index, bool zero)
+      : size_(size_bytes), index_(device_index) {
     if (size_ == 0) return;
     int count = 0;
     PAGODA_CUDA_CHECK(cudaGetDeviceCount(&count));
@@ -18,19 +86,12 @@ class DeviceStorage final : public Storage {
            count);
     }
     PAGODA_CUDA_CHECK(cudaSetDevice(device_index));
-    void* pointer = nullptr;
-    const cudaError_t status = cudaMalloc(&pointer, size_);
-    if (status != cudaSuccess) {
-      fail("cannot allocate {} bytes on cuda:{}: {}", size_, device_index,
-           cudaGetErrorString(status));
-    }
-    data_ = static_cast<std::byte*>(pointer);
-    PAGODA_CUDA_CHECK(cudaMemset(data_, 0, size_));
+    data_ = BlockCache::instance().take(BlockCache::rounded(size_), device_index);
+    if (zero) PAGODA_CUDA_CHECK(cudaMemsetAsync(data_, 0, size_, stream()));
   }
   ~DeviceStorage() override {
     if (data_ != nullptr) {
-      cudaSetDevice(index_);
-      cudaFree(data_);
+      BlockCache::instance().give_back(data_, BlockCache::rounded(size_), index_);
     }
   }
   std::byte* data() override { return data_; }
@@ -88,14 +149,14 @@ int grid_for(int64_t count) {
 template <typename T>
 void launch_copy(std::byte* dst, const StridedLayout& dst_layout, const std::byte* src,
                  const StridedLayout& src_layout, int64_t count) {
-  strided_copy_kernel<T><<<grid_for(count), kThreads>>>(
+  strided_copy_kernel<T><<<grid_for(count), kThreads, 0, stream()>>>(
       reinterpret_cast<T*>(dst), dst_layout, reinterpret_cast<const T*>(src), src_layout, count);
 }
 
 template <typename T>
 void launch_fill(std::byte* dst, const StridedLayout& layout, uint64_t pattern, int64_t count) {
-  strided_fill_kernel<T><<<grid_for(count), kThreads>>>(reinterpret_cast<T*>(dst), layout,
-                                                        static_cast<T>(pattern), count);
+  strided_fill_kernel<T><<<grid_for(count), kThreads, 0, stream()>>>(
+      reinterpret_cast<T*>(dst), layout, static_cast<T>(pattern), count);
 }
 
 // Calls launch(T{}) with the unsigned integer type of `element_size` bytes.
@@ -129,12 +190,26 @@ int device_count() {
   return count;
 }
 
-std::shared_ptr<Storage> allocate_device(int64_t size_bytes, int device_index) {
-  return std::make_shared<DeviceStorage>(size_bytes, device_index);
+std::pair<int64_t, int64_t> memory_info(int device_index) {
+  PAGODA_CUDA_CHECK(cudaSetDevice(device_index));
+  size_t free = 0;
+  size_t total = 0;
+  PAGODA_CUDA_CHECK(cudaMemGetInfo(&free, &total));
+  return {static_cast<int64_t>(free), static_cast<int64_t>(total)};
+}
+
+std::shared_ptr<Storage> allocate_device(int64_t size_bytes, int device_index, bool zero) {
+  return std::make_shared<DeviceStorage>(size_bytes, device_index, zero);
 }
 
 void copy_bytes(std::byte* dst, Device dst_device, const std::byte* src, Device src_device,
                 int64_t size) {
+  if (!dst_device.is_cpu() && !src_device.is_cpu()) {
+    // Device to device stays on the engine stream (and in a graph being captured).
+    PAGODA_CUDA_CHECK(cudaMemcpyAsync(dst, src, size, cudaMemcpyDeviceToDevice, stream()));
+    return;
+  }
+  // With the host: a blocking copy, which orders after the engine stream's queued work.
   PAGODA_CUDA_CHECK(cudaMemcpy(dst, src, size, cudaMemcpyDefault));
 }
 
@@ -147,7 +222,6 @@ void strided_copy(std::byte* dst, const StridedLayout& dst_layout, const std::by
     launch_copy<decltype(element)>(dst, dst_layout, src, src_layout, count);
   });
   PAGODA_CUDA_CHECK(cudaGetLastError());
-  PAGODA_CUDA_CHECK(cudaDeviceSynchronize());
 }
 
 void strided_fill(std::byte* dst, const StridedLayout& layout, uint64_t pattern, int element_size,
@@ -159,7 +233,6 @@ void strided_fill(std::byte* dst, const StridedLayout& layout, uint64_t pattern,
     launch_fill<decltype(element)>(dst, layout, pattern, count);
   });
   PAGODA_CUDA_CHECK(cudaGetLastError());
-  PAGODA_CUDA_CHECK(cudaDeviceSynchronize());
 }
 
 }  // namespace pagoda::cuda

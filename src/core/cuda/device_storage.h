@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <utility>
 
 #include "core/device.h"
 
@@ -25,15 +26,19 @@ struct StridedLayout {
 
 bool available_in_build();
 int device_count();  // 0 when no device or driver is present
+// Free and total bytes of GPU `device_index`.
+std::pair<int64_t, int64_t> memory_info(int device_index);
 
-// Zero-filled device memory on GPU `device_index`.
-std::shared_ptr<Storage> allocate_device(int64_t size_bytes, int device_index);
+// Device memory on GPU `device_index`, zero-filled (on the engine stream) when `zero`.
+std::shared_ptr<Storage> allocate_device(int64_t size_bytes, int device_index, bool zero);
 
-// Copies bytes where at least one side is device memory.
+// Copies bytes where at least one side is device memory: device to device on the engine stream,
+// to or from the host synchronously.
 void copy_bytes(std::byte* dst, Device dst_device, const std::byte* src, Device src_device,
                 int64_t size);
 
 // Elementwise copy between two device tensors of the same shape; element size 1, 2, 4 or 8 bytes.
+// Queued on the engine stream, as is strided_fill.
 void strided_copy(std::byte* dst, const StridedLayout& dst_layout, const std::byte* src,
                   const StridedLayout& src_layout, int element_size, int device_index);
 

@@ -20,7 +20,11 @@ int device_count() {
   return 0;
 }
 
-std::shared_ptr<Storage> allocate_device(int64_t, int) {
+std::pair<int64_t, int64_t> memory_info(int) {
+  no_cuda();
+}
+
+std::shared_ptr<Storage> allocate_device(int64_t, int, bool) {
   no_cuda();
 }
 
