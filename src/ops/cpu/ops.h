@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "core/tensor.h"
+#include "ops/activation.h"
 
 namespace pagoda::cpu {
 
@@ -22,7 +23,7 @@ void rms_norm(const Tensor& x, const Tensor& weight, float eps, float weight_off
 void add_in_place(const Tensor& x, const Tensor& y);
 
 // out = act(gate) * up, elementwise. gate, up, out: [T, I] (out may alias either).
-enum class Activation { kSilu, kGeluTanh };
+using pagoda::Activation;
 void gated_activation(Activation activation, const Tensor& gate, const Tensor& up,
                       const Tensor& out);
 

@@ -1,0 +1,205 @@
+// linear() through cuBLASLt. The row-major product out[M, N] = x[M, K] · weight[N, K]ᵀ is, read
+// column-major, outᵀ[N, M] = op(A)·B with A = weightᵀ as a K×N matrix (lda = weight row stride,
+// op T) and B = xᵀ as a K×M matrix (ldb = x row stride, op N). Descriptors, layouts and the
+// heuristic's algorithm are planned once per shape and reused: a heuristic query costs tens of
+// microseconds and linear runs hundreds of times a step.
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <type_traits>
+#include <unordered_map>
+
+#include "core/cuda/context.h"
+#include "ops/cuda/ops.h"
+
+namespace pagoda::cuda {
+namespace {
+
+// Plans made before the cache is dropped and rebuilt; bounds host memory when M takes many values
+// (chunked prefill), while a steady decode loop only ever hits.
+constexpr size_t kMaxPlans = 4096;
+// cuBLASLt's own default; larger alignments add nothing to the heuristic.
+constexpr int kMaxAlignment = 256;
+
+// m, n, k, lda, ldb, ldc, output type, alignments of A, B and C/D, device.
+using PlanKey = std::array<int64_t, 11>;
+
+struct PlanKeyHash {
+  size_t operator()(const PlanKey& key) const {
+    size_t h = 0;
+    for (int64_t v : key)
+      h = h * 1000003u ^ std::hash<int64_t>{}(v);
+    return h;
+  }
+};
+
+// Owns the cuBLASLt objects of one GEMM shape. D shares C's layout (beta is 0; D is written).
+struct Plan {
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t a = nullptr;  // weightᵀ: K×N, ld lda
+  cublasLtMatrixLayout_t b = nullptr;  // xᵀ: K×M, ld ldb
+  cublasLtMatrixLayout_t c = nullptr;  // outᵀ: N×M, ld ldc
+  cublasLtMatmulAlgo_t algo{};
+
+  Plan() = default;
+  Plan(const Plan&) = delete;
+  Plan& operator=(const Plan&) = delete;
+  ~Plan() {
+    if (c != nullptr) cublasLtMatrixLayoutDestroy(c);
+    if (b != nullptr) cublasLtMatrixLayoutDestroy(b);
+    if (a != nullptr) cublasLtMatrixLayoutDestroy(a);
+    if (desc != nullptr) cublasLtMatmulDescDestroy(desc);
+  }
+};
+
+struct PreferenceDeleter {
+  void operator()(cublasLtMatmulPreference_t p) const { cublasLtMatmulPreferenceDestroy(p); }
+};
+using Preference =
+    std::unique_ptr<std::remove_pointer_t<cublasLtMatmulPreference_t>, PreferenceDeleter>;
+
+// The largest power of two (up to kMaxAlignment) that divides the address.
+int64_t alignment_of(const void* p) {
+  const auto address = reinterpret_cast<uintptr_t>(p);
+  int64_t alignment = kMaxAlignment;
+  while (alignment > 1 && address % alignment != 0)
+    alignment /= 2;
+  return alignment;
+}
+
+template <typename T>
+void set_attribute(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attribute,
+                   const T& value) {
+  PAGODA_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, attribute, &value, sizeof(value)));
+}
+
+template <typename T>
+void set_preference(cublasLtMatmulPreference_t preference,
+                    cublasLtMatmulPreferenceAttributes_t attribute, const T& value) {
+  PAGODA_CUBLAS_CHECK(
+      cublasLtMatmulPreferenceSetAttribute(preference, attribute, &value, sizeof(value)));
+}
+
+std::unique_ptr<Plan> make_plan(const PlanKey& key) {
+  const auto [m, n, k, lda, ldb, ldc, out_type, align_a, align_b, align_c, device] = key;
+  auto plan = std::make_unique<Plan>();
+  PAGODA_CUBLAS_CHECK(cublasLtMatmulDescCreate(&plan->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  set_attribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSA, CUBLAS_OP_T);
+  set_attribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSB, CUBLAS_OP_N);
+  const auto c_type = static_cast<cudaDataType_t>(out_type);
+  PAGODA_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->a, CUDA_R_16BF, k, n, lda));
+  PAGODA_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->b, CUDA_R_16BF, k, m, ldb));
+  PAGODA_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->c, c_type, n, m, ldc));
+
+  cublasLtMatmulPreference_t raw_preference = nullptr;
+  PAGODA_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&raw_preference));
+  const Preference preference(raw_preference);
+  set_preference(raw_preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                 uint64_t{kBlasltWorkspaceBytes});
+  // Views (a narrowed x, a weight inside a fused tensor) need not start 256-byte aligned: ask only
+  // for algorithms that work at the alignment these pointers actually have.
+  set_preference(raw_preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
+                 static_cast<uint32_t>(align_a));
+  set_preference(raw_preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                 static_cast<uint32_t>(align_b));
+  set_preference(raw_preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
+                 static_cast<uint32_t>(align_c));
+  set_preference(raw_preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
+                 static_cast<uint32_t>(align_c));
+
+  cublasLtMatmulHeuristicResult_t result{};
+  int returned = 0;
+  PAGODA_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(blaslt_handle(), plan->desc, plan->a, plan->b,
+                                                     plan->c, plan->c, raw_preference, 1, &result,
+                                                     &returned));
+  if (returned == 0) {
+    fail("cuBLASLt has no algorithm for linear M={} N={} K={} (lda {}, ldb {}, ldc {})", m, n, k,
+         lda, ldb, ldc);
+  }
+  plan->algo = result.algo;
+  return plan;
+}
+
+// The cached plan for `key`, planned on first use. Plans live until the process ends (or the cache
+// is dropped when full); callers hold the lock while using one.
+const Plan& find_plan(const PlanKey& key) {
+  static std::unordered_map<PlanKey, std::unique_ptr<Plan>, PlanKeyHash> plans;
+  auto found = plans.find(key);
+  if (found != plans.end()) return *found->second;
+  std::unique_ptr<Plan> plan = make_plan(key);
+  if (plans.size() >= kMaxPlans) plans.clear();
+  return *plans.emplace(key, std::move(plan)).first->second;
+}
+
+std::mutex& plans_mutex() {
+  static std::mutex mutex;
+  return mutex;
+}
+
+}  // namespace
+
+void linear(const Tensor& x, const Tensor& weight, const Tensor& out) {
+  PAGODA_CHECK(x.dim() == 2 && weight.dim() == 2 && out.dim() == 2,
+               "linear needs 2-D tensors; got x {}, weight {}, out {}", x.shape(), weight.shape(),
+               out.shape());
+  const int64_t m = x.size(0);
+  const int64_t k = x.size(1);
+  const int64_t n = weight.size(0);
+  PAGODA_CHECK(weight.size(1) == k && out.size(0) == m && out.size(1) == n,
+               "linear shapes: x {} · weight {}ᵀ -> out {}", x.shape(), weight.shape(),
+               out.shape());
+  PAGODA_CHECK(
+      (x.stride(1) == 1 || k <= 1) && (weight.stride(1) == 1 || k <= 1) && out.is_contiguous(),
+      "linear needs unit inner strides and a contiguous out; strides x {}, weight {}, "
+      "out {}",
+      x.strides(), weight.strides(), out.strides());
+  if (x.dtype() != DType::kBF16 || weight.dtype() != DType::kBF16) {
+    fail("CUDA linear takes bfloat16 x and weight; got x {} and weight {}", dtype_name(x.dtype()),
+         dtype_name(weight.dtype()));
+  }
+  if (out.dtype() != DType::kBF16 && out.dtype() != DType::kF32) {
+    fail("CUDA linear writes bfloat16 or float32; got out {}", dtype_name(out.dtype()));
+  }
+  PAGODA_CHECK(!x.device().is_cpu() && weight.device() == x.device() && out.device() == x.device(),
+               "linear tensors on devices {}, {}, {}", x.device().to_string(),
+               weight.device().to_string(), out.device().to_string());
+  if (m == 0 || n == 0) return;
+  PAGODA_CHECK(k > 0, "linear with K = 0 (x {}, weight {})", x.shape(), weight.shape());
+
+  const int device = x.device().index;
+  int current = 0;
+  PAGODA_CUDA_CHECK(cudaGetDevice(&current));
+  if (current != device) PAGODA_CUDA_CHECK(cudaSetDevice(device));
+
+  // A single row or column has no meaningful leading dimension; K (or N) keeps cuBLASLt's
+  // ld >= rows rule and lets every such view share one plan.
+  const int64_t lda = n == 1 ? k : weight.stride(0);
+  const int64_t ldb = m == 1 ? k : x.stride(0);
+  const int64_t ldc = n;
+  PAGODA_CHECK(lda >= k && ldb >= k, "linear row strides x {}, weight {} for K = {}", x.stride(0),
+               weight.stride(0), k);
+  const cudaDataType_t out_type = out.dtype() == DType::kBF16 ? CUDA_R_16BF : CUDA_R_32F;
+  const PlanKey key{m,
+                    n,
+                    k,
+                    lda,
+                    ldb,
+                    ldc,
+                    static_cast<int64_t>(out_type),
+                    alignment_of(weight.raw_data()),
+                    alignment_of(x.raw_data()),
+                    alignment_of(out.raw_data()),
+                    device};
+
+  const std::lock_guard lock(plans_mutex());
+  const Plan& plan = find_plan(key);
+  const float alpha = 1.0f;
+  const float beta = 0.0f;
+  PAGODA_CUBLAS_CHECK(cublasLtMatmul(blaslt_handle(), plan.desc, &alpha, weight.raw_data(), plan.a,
+                                     x.raw_data(), plan.b, &beta, out.raw_data(), plan.c,
+                                     out.raw_data(), plan.c, &plan.algo, blaslt_workspace(),
+                                     kBlasltWorkspaceBytes, stream()));
+}
+
+}  // namespace pagoda::cuda

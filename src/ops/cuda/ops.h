@@ -1,0 +1,51 @@
+// Elementwise, row-wise and matrix ops on CUDA tensors. Every op queues work on cuda::stream() of
+// the tensors' device and returns without waiting. Activations are bf16 or f32; weights are bf16,
+// f16 or f32. Shapes are checked with PAGODA_CHECK; an unsupported dtype is an Error naming it.
+#pragma once
+
+#include <cstdint>
+
+#include "core/tensor.h"
+#include "ops/activation.h"
+
+namespace pagoda::cuda {
+
+// out[t] = table[ids[t]] * scale. table: [vocab, hidden]; ids: [T] int32 on the device; out:
+// [T, hidden]. An id outside the vocabulary writes a zero row (ids are checked on the host).
+void embedding(const Tensor& table, const Tensor& ids, float scale, const Tensor& out);
+
+// out = x / rms(x) * (weight + weight_offset) over the last dim, computed in f32. x, out:
+// [rows, dim] with unit inner stride (rows may be strided; out may alias x); weight: [dim] or
+// undefined for a norm without scale.
+void rms_norm(const Tensor& x, const Tensor& weight, float eps, float weight_offset,
+              const Tensor& out);
+
+// residual += x; out = rms_norm(residual). One pass: residual, x, out: [rows, dim] contiguous.
+void add_rms_norm(const Tensor& residual, const Tensor& x, const Tensor& weight, float eps,
+                  float weight_offset, const Tensor& out);
+
+// x += y, both [rows, dim] contiguous, same dtype.
+void add_in_place(const Tensor& x, const Tensor& y);
+// x *= factor, contiguous.
+void scale_in_place(const Tensor& x, float factor);
+// x = cap * tanh(x / cap), contiguous.
+void softcap_in_place(const Tensor& x, float cap);
+
+// out = act(gate) * up. gate, up, out: [T, I] with unit inner stride (out may alias gate).
+void gated_activation(Activation activation, const Tensor& gate, const Tensor& up,
+                      const Tensor& out);
+
+// Rotates x [T, heads, head_size] (unit inner stride) in place, NeoX style: dim i pairs with
+// i + rotary_dim / 2 for i < rotary_dim / 2. inverse_frequencies: [rotary_dim / 2] f32 on the
+// device; positions: [>= T] int64 on the device. Angles are computed in f32 as the CPU does.
+void rope(const Tensor& inverse_frequencies, int64_t rotary_dim, const Tensor& positions,
+          const Tensor& x);
+
+// out[M, N] = x[M, K] · weight[N, K]ᵀ through cuBLASLt with f32 accumulation. x and weight are
+// bf16 with unit inner stride; out is bf16 or f32, contiguous.
+void linear(const Tensor& x, const Tensor& weight, const Tensor& out);
+
+// dst = src converted elementwise; both contiguous, same shape; f32, f16 or bf16.
+void convert(const Tensor& src, const Tensor& dst);
+
+}  // namespace pagoda::cuda

@@ -1,0 +1,134 @@
+#include "ops/ops.h"
+
+#include "ops/cpu/matmul.h"
+#include "ops/cpu/ops.h"
+#include "ops/rope.h"
+#if PAGODA_HAVE_CUDA
+#include "ops/cuda/ops.h"
+#endif
+
+namespace pagoda::ops {
+namespace {
+
+// Runs on_cpu() for host tensors and on_gpu() for device ones.
+template <typename Cpu, typename Gpu>
+void dispatch(const Tensor& x, Cpu&& on_cpu, Gpu&& on_gpu) {
+  if (x.device().is_cpu()) return on_cpu();
+#if PAGODA_HAVE_CUDA
+  on_gpu();
+#else
+  (void)on_gpu;
+  fail("this pagoda binary was built without CUDA; {} tensors cannot be computed",
+       x.device().to_string());
+#endif
+}
+
+}  // namespace
+
+DType activation_dtype(Device device) {
+  return device.is_cpu() ? DType::kF32 : DType::kBF16;
+}
+
+Tensor like(const Tensor& x, const Shape& shape) {
+  return Tensor::uninitialized(shape, x.dtype(), x.device());
+}
+
+void embedding(const Tensor& table, const std::vector<int32_t>& ids, const Tensor& device_ids,
+               float scale, const Tensor& out) {
+  const int64_t vocab = table.size(0);
+  for (int32_t id : ids) {
+    if (id < 0 || id >= vocab) fail("token id {} is outside the vocabulary of {}", id, vocab);
+  }
+  dispatch(
+      out,
+      [&] {
+        cpu::embedding(table, ids, out);
+        if (scale != 1.0f) scale_in_place(out, scale);
+      },
+      [&] {
+#if PAGODA_HAVE_CUDA
+        cuda::embedding(table, device_ids, scale, out);
+#endif
+      });
+}
+
+Tensor linear(const Tensor& x, const Tensor& weight) {
+  return linear(x, weight, x.dtype());
+}
+
+Tensor linear(const Tensor& x, const Tensor& weight, DType out_dtype) {
+  Tensor out = Tensor::uninitialized({x.size(0), weight.size(0)}, out_dtype, x.device());
+  dispatch(
+      x, [&] { cpu::linear(x, weight, out); },
+      [&] {
+#if PAGODA_HAVE_CUDA
+        cuda::linear(x, weight, out);
+#endif
+      });
+  return out;
+}
+
+#if PAGODA_HAVE_CUDA
+#define PAGODA_GPU(call) [&] { call; }
+#else
+#define PAGODA_GPU(call) [] {}
+#endif
+
+void rms_norm(const Tensor& x, const Tensor& weight, float eps, float weight_offset,
+              const Tensor& out) {
+  dispatch(
+      x, [&] { cpu::rms_norm(x, weight, eps, weight_offset, out); },
+      PAGODA_GPU(cuda::rms_norm(x, weight, eps, weight_offset, out)));
+}
+
+void add_rms_norm(const Tensor& residual, const Tensor& x, const Tensor& weight, float eps,
+                  float weight_offset, const Tensor& out) {
+  dispatch(
+      residual,
+      [&] {
+        cpu::add_in_place(residual, x);
+        cpu::rms_norm(residual, weight, eps, weight_offset, out);
+      },
+      PAGODA_GPU(cuda::add_rms_norm(residual, x, weight, eps, weight_offset, out)));
+}
+
+void add_in_place(const Tensor& x, const Tensor& y) {
+  dispatch(
+      x, [&] { cpu::add_in_place(x, y); }, PAGODA_GPU(cuda::add_in_place(x, y)));
+}
+
+void scale_in_place(const Tensor& x, float factor) {
+  dispatch(
+      x,
+      [&] {
+        PAGODA_CHECK(x.is_contiguous() && x.dtype() == DType::kF32, "scale of {}", x.shape());
+        float* data = x.data<float>();
+        for (int64_t i = 0; i < x.numel(); ++i)
+          data[i] *= factor;
+      },
+      PAGODA_GPU(cuda::scale_in_place(x, factor)));
+}
+
+void softcap_in_place(const Tensor& x, float cap) {
+  dispatch(
+      x, [&] { cpu::softcap_in_place(x, cap); }, PAGODA_GPU(cuda::softcap_in_place(x, cap)));
+}
+
+void gated_activation(Activation activation, const Tensor& gate, const Tensor& up,
+                      const Tensor& out) {
+  dispatch(
+      gate, [&] { cpu::gated_activation(activation, gate, up, out); },
+      PAGODA_GPU(cuda::gated_activation(activation, gate, up, out)));
+}
+
+void rope(const std::vector<float>& inverse_frequencies, const Tensor& device_frequencies,
+          int64_t rotary_dim, const std::vector<int64_t>& positions, const Tensor& device_positions,
+          const Tensor& x) {
+  dispatch(
+      x, [&] { apply_rope_cpu(inverse_frequencies, rotary_dim, positions, x); },
+      PAGODA_GPU(cuda::rope(device_frequencies, rotary_dim, device_positions, x)));
+}
+
+#undef PAGODA_GPU
+
+}  // namespace pagoda::ops

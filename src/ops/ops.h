@@ -1,0 +1,46 @@
+// The ops the architectures call, dispatched on the device of their tensors: cpu:: on the host
+// (f32 activations), cuda:: on a GPU (bf16 activations, queued on the engine stream). A build
+// without CUDA throws Error for device tensors.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/tensor.h"
+#include "ops/activation.h"
+
+namespace pagoda::ops {
+
+// The dtype activations have on `device`: f32 on the CPU, bf16 on a GPU.
+DType activation_dtype(Device device);
+
+// A new uninitialized activation tensor of `shape` on x's device and in x's dtype.
+Tensor like(const Tensor& x, const Shape& shape);
+
+// out[t] = table[ids[t]] * scale. The CPU reads `ids`; a GPU reads `device_ids` ([T] int32 on the
+// device). Throws Error for an id outside the vocabulary (checked on the host).
+void embedding(const Tensor& table, const std::vector<int32_t>& ids, const Tensor& device_ids,
+               float scale, const Tensor& out);
+
+// [rows, N] = x[rows, K] · weight[N, K]ᵀ, in x's dtype, or f32 with `out_dtype`.
+Tensor linear(const Tensor& x, const Tensor& weight);
+Tensor linear(const Tensor& x, const Tensor& weight, DType out_dtype);
+
+void rms_norm(const Tensor& x, const Tensor& weight, float eps, float weight_offset,
+              const Tensor& out);
+// residual += x; out = rms_norm(residual): one pass on a GPU.
+void add_rms_norm(const Tensor& residual, const Tensor& x, const Tensor& weight, float eps,
+                  float weight_offset, const Tensor& out);
+void add_in_place(const Tensor& x, const Tensor& y);
+void scale_in_place(const Tensor& x, float factor);
+void softcap_in_place(const Tensor& x, float cap);
+void gated_activation(Activation activation, const Tensor& gate, const Tensor& up,
+                      const Tensor& out);
+
+// NeoX rotation of x [T, heads, head_size] in place. The CPU uses the host frequencies and
+// positions; a GPU the device copies ([rotary_dim / 2] f32, [>= T] int64).
+void rope(const std::vector<float>& inverse_frequencies, const Tensor& device_frequencies,
+          int64_t rotary_dim, const std::vector<int64_t>& positions, const Tensor& device_positions,
+          const Tensor& x);
+
+}  // namespace pagoda::ops

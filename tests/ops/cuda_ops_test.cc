@@ -1,0 +1,388 @@
+// Each CUDA op against the CPU reference on the same (dtype-rounded) inputs, table-driven over
+// shapes, with outputs poisoned with NaN first so an unwritten element fails the comparison.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <tuple>
+#include <vector>
+
+#include "ops/cpu/matmul.h"
+#include "ops/cpu/ops.h"
+#include "ops/cuda/ops.h"
+#include "ops/rope.h"
+
+namespace pagoda {
+namespace {
+
+constexpr DType kActivationDtypes[] = {DType::kF32, DType::kBF16};
+constexpr int64_t kRows[] = {1, 3, 64};
+constexpr int64_t kDims[] = {64, 128, 2560, 4096, 100};  // 100: the unvectorized fallback
+
+// bf16 activations carry 8 bits of mantissa; f32 differs from the CPU only in summation order.
+double tolerance(DType dtype) {
+  return dtype == DType::kBF16 ? 1e-2 : 1e-5;
+}
+
+// A host f32 tensor of normal(0, scale) values.
+Tensor random_tensor(const Shape& shape, std::mt19937& rng, float scale = 1.0f) {
+  Tensor t = Tensor::empty(shape, DType::kF32);
+  std::normal_distribution<float> normal(0.0f, scale);
+  for (int64_t i = 0; i < t.numel(); ++i)
+    t.data<float>()[i] = normal(rng);
+  return t;
+}
+
+// A contiguous host copy of the host tensor `t` in `dtype`, rounded as the host conversions do.
+Tensor cast(const Tensor& t, DType dtype) {
+  const Tensor src = t.contiguous();
+  Tensor out = Tensor::empty(src.shape(), dtype);
+  for (int64_t i = 0; i < src.numel(); ++i) {
+    const float v = cpu::load_float(src.raw_data() + i * src.element_size(), src.dtype());
+    cpu::store_float(out.raw_data() + i * out.element_size(), dtype, v);
+  }
+  return out;
+}
+
+// `t` rounded to `dtype` and widened back: the values the device sees, as a CPU reference input.
+Tensor rounded(const Tensor& t, DType dtype) {
+  return cast(cast(t, dtype), DType::kF32);
+}
+
+Tensor to_cuda(const Tensor& t, DType dtype) {
+  return cast(t, dtype).to(Device::cuda());
+}
+
+Tensor to_host_f32(const Tensor& t) {
+  return cast(t.to(Device::cpu()), DType::kF32);
+}
+
+// A device tensor whose every element is NaN until an op writes it.
+Tensor poisoned(const Shape& shape, DType dtype) {
+  Tensor t = Tensor::empty(shape, dtype, Device::cuda());
+  t.fill(NAN);
+  return t;
+}
+
+// ‖out − ref‖ / ‖ref‖ over host f32 tensors of one shape; infinity when out holds a NaN.
+double relative_error(const Tensor& out, const Tensor& ref) {
+  EXPECT_EQ(out.shape(), ref.shape());
+  const Tensor a = out.contiguous();
+  const Tensor b = ref.contiguous();
+  double diff = 0.0;
+  double norm = 0.0;
+  for (int64_t i = 0; i < a.numel(); ++i) {
+    const double x = a.data<float>()[i];
+    const double y = b.data<float>()[i];
+    if (std::isnan(x)) return INFINITY;
+    diff += (x - y) * (x - y);
+    norm += y * y;
+  }
+  return std::sqrt(diff) / std::max(std::sqrt(norm), 1e-30);
+}
+
+TEST(CudaOpsTest, EmbeddingMatchesCpu) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  std::mt19937 rng(1);
+  const int64_t vocab = 50;
+  for (DType table_dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
+    for (DType dtype : kActivationDtypes) {
+      for (int64_t hidden : {int64_t{64}, int64_t{2560}, int64_t{100}}) {
+        for (int64_t tokens : kRows) {
+          const Tensor table = cast(random_tensor({vocab, hidden}, rng), table_dtype);
+          std::vector<int32_t> ids(tokens);
+          for (int32_t& id : ids)
+            id = static_cast<int32_t>(rng() % vocab);
+          ids[0] = tokens > 1 ? -1 : ids[0];  // outside the vocabulary: a zero row
+          ids.back() = tokens > 2 ? static_cast<int32_t>(vocab) : ids.back();
+          std::vector<int32_t> valid_ids = ids;
+          for (int32_t& id : valid_ids)
+            id = (id < 0 || id >= vocab) ? 0 : id;
+          Tensor ref = Tensor::empty({tokens, hidden}, DType::kF32);
+          cpu::embedding(table, valid_ids, ref);
+          const float scale = 1.5f;
+          for (int64_t t = 0; t < tokens; ++t) {
+            for (int64_t h = 0; h < hidden; ++h) {
+              float& v = ref.at<float>({t, h});
+              v = ids[t] == valid_ids[t] ? v * scale : 0.0f;
+            }
+          }
+          Tensor ids_host = Tensor::empty({tokens}, DType::kI32);
+          std::copy(ids.begin(), ids.end(), ids_host.data<int32_t>());
+          const Tensor out = poisoned({tokens, hidden}, dtype);
+          cuda::embedding(table.to(Device::cuda()), ids_host.to(Device::cuda()), scale, out);
+          EXPECT_LE(relative_error(to_host_f32(out), rounded(ref, dtype)), tolerance(dtype))
+              << dtype_name(table_dtype) << " -> " << dtype_name(dtype) << " hidden " << hidden
+              << " tokens " << tokens;
+        }
+      }
+    }
+  }
+}
+
+// Weights: bf16 with no offset (Llama), f32 with offset 1 (Gemma 1-3), none (a scale-free norm).
+TEST(CudaOpsTest, RmsNormMatchesCpu) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  std::mt19937 rng(2);
+  const std::tuple<DType, float, bool> weights[] = {
+      {DType::kBF16, 0.0f, true}, {DType::kF32, 1.0f, true}, {DType::kBF16, 0.0f, false}};
+  for (DType dtype : kActivationDtypes) {
+    for (int64_t rows : kRows) {
+      for (int64_t dim : kDims) {
+        for (const auto& [weight_dtype, offset, has_weight] : weights) {
+          const Tensor x = rounded(random_tensor({rows, dim}, rng, 3.0f), dtype);
+          const Tensor w = has_weight ? cast(random_tensor({dim}, rng), weight_dtype) : Tensor();
+          Tensor ref = Tensor::empty({rows, dim}, DType::kF32);
+          cpu::rms_norm(x, w, 1e-6f, offset, ref);
+          const Tensor out = poisoned({rows, dim}, dtype);
+          cuda::rms_norm(to_cuda(x, dtype), has_weight ? w.to(Device::cuda()) : Tensor(), 1e-6f,
+                         offset, out);
+          EXPECT_LE(relative_error(to_host_f32(out), ref), tolerance(dtype))
+              << dtype_name(dtype) << " rows " << rows << " dim " << dim << " weight "
+              << (has_weight ? dtype_name(weight_dtype) : "none");
+        }
+      }
+    }
+  }
+}
+
+// Per-head norms run in place on strided views: rows of a wider buffer, the rest left untouched.
+TEST(CudaOpsTest, RmsNormInPlaceOnStridedRows) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  std::mt19937 rng(3);
+  for (DType dtype : kActivationDtypes) {
+    for (int64_t dim : {int64_t{128}, int64_t{256}, int64_t{100}, int64_t{4096}}) {
+      const Tensor wide = rounded(random_tensor({40, 3 * dim}, rng), dtype);
+      const Tensor w = cast(random_tensor({dim}, rng), DType::kBF16);
+      Tensor ref = wide.clone();
+      const Tensor ref_rows = ref.narrow(1, dim, dim).contiguous();
+      cpu::rms_norm(ref_rows, w, 1e-6f, 0.0f, ref_rows);
+      ref.narrow(1, dim, dim).copy_from(ref_rows);
+      const Tensor device = to_cuda(wide, dtype);
+      const Tensor rows = device.narrow(1, dim, dim);
+      cuda::rms_norm(rows, w.to(Device::cuda()), 1e-6f, 0.0f, rows);
+      EXPECT_LE(relative_error(to_host_f32(device), ref), tolerance(dtype))
+          << dtype_name(dtype) << " dim " << dim;
+    }
+  }
+}
+
+TEST(CudaOpsTest, AddRmsNormMatchesCpu) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  std::mt19937 rng(4);
+  for (DType dtype : kActivationDtypes) {
+    for (int64_t rows : kRows) {
+      for (int64_t dim : kDims) {
+        const Tensor residual = rounded(random_tensor({rows, dim}, rng), dtype);
+        const Tensor x = rounded(random_tensor({rows, dim}, rng), dtype);
+        const Tensor w = cast(random_tensor({dim}, rng), DType::kBF16);
+        // The device normalises the sum as stored, rounded to the activation dtype.
+        Tensor sum = residual.clone();
+        cpu::add_in_place(sum, x);
+        sum = rounded(sum, dtype);
+        Tensor ref = Tensor::empty({rows, dim}, DType::kF32);
+        cpu::rms_norm(sum, w, 1e-5f, 0.0f, ref);
+        const Tensor device_residual = to_cuda(residual, dtype);
+        const Tensor out = poisoned({rows, dim}, dtype);
+        cuda::add_rms_norm(device_residual, to_cuda(x, dtype), w.to(Device::cuda()), 1e-5f, 0.0f,
+                           out);
+        EXPECT_LE(relative_error(to_host_f32(device_residual), sum), tolerance(dtype))
+            << dtype_name(dtype) << " residual, rows " << rows << " dim " << dim;
+        EXPECT_LE(relative_error(to_host_f32(out), ref), tolerance(dtype))
+            << dtype_name(dtype) << " rows " << rows << " dim " << dim;
+      }
+    }
+  }
+}
+
+// add / scale / softcap in place, over contiguous tensors and over a misaligned view (offset by
+// one element), which takes the scalar path.
+TEST(CudaOpsTest, InPlaceElementwiseMatchesCpu) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  std::mt19937 rng(5);
+  for (DType dtype : kActivationDtypes) {
+    for (int64_t rows : kRows) {
+      for (int64_t dim : kDims) {
+        for (int64_t offset : {0, 1}) {
+          const int64_t n = rows * dim;
+          const Tensor x = rounded(random_tensor({n}, rng, 40.0f), dtype);
+          const Tensor y = rounded(random_tensor({n}, rng), dtype);
+          Tensor ref = x.clone();
+          cpu::add_in_place(ref.view({rows, dim}), y.view({rows, dim}));
+          for (int64_t i = 0; i < n; ++i)
+            ref.data<float>()[i] *= 0.5f;
+          cpu::softcap_in_place(ref, 30.0f);
+          const Tensor buffer = poisoned({n + offset}, dtype);
+          const Tensor device_x = buffer.narrow(0, offset, n);
+          device_x.copy_from(cast(x, dtype).to(Device::cuda()));
+          const Tensor device_y = poisoned({n + offset}, dtype).narrow(0, offset, n);
+          device_y.copy_from(cast(y, dtype).to(Device::cuda()));
+          cuda::add_in_place(device_x, device_y);
+          cuda::scale_in_place(device_x, 0.5f);
+          cuda::softcap_in_place(device_x, 30.0f);
+          EXPECT_LE(relative_error(to_host_f32(device_x), ref), tolerance(dtype))
+              << dtype_name(dtype) << " n " << n << " offset " << offset;
+        }
+      }
+    }
+  }
+}
+
+// gate and up are the two halves of a fused [T, 2I] projection, as the MLP produces them.
+TEST(CudaOpsTest, GatedActivationMatchesCpu) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  std::mt19937 rng(6);
+  for (Activation activation : {Activation::kSilu, Activation::kGeluTanh}) {
+    for (DType dtype : kActivationDtypes) {
+      for (int64_t rows : kRows) {
+        for (int64_t dim : kDims) {
+          const Tensor fused = rounded(random_tensor({rows, 2 * dim}, rng, 2.0f), dtype);
+          const Tensor gate = fused.narrow(1, 0, dim).contiguous();
+          const Tensor up = fused.narrow(1, dim, dim).contiguous();
+          Tensor ref = Tensor::empty({rows, dim}, DType::kF32);
+          cpu::gated_activation(activation, gate, up, ref);
+          const Tensor device = to_cuda(fused, dtype);
+          const Tensor out = poisoned({rows, dim}, dtype);
+          cuda::gated_activation(activation, device.narrow(1, 0, dim), device.narrow(1, dim, dim),
+                                 out);
+          EXPECT_LE(relative_error(to_host_f32(out), ref), tolerance(dtype))
+              << dtype_name(dtype) << " activation " << static_cast<int>(activation) << " rows "
+              << rows << " dim " << dim;
+        }
+      }
+    }
+  }
+}
+
+// q inside a fused [T, q_heads + 2 * kv_heads, head_size] buffer, positions up to 100000, full and
+// partial rotary dims, and a head whose half (50) is not a multiple of the vector width.
+TEST(CudaOpsTest, RopeMatchesCpu) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  std::mt19937 rng(7);
+  struct Case {
+    int64_t heads, head_size, rotary_dim;
+    double theta;
+  };
+  const Case cases[] = {{4, 64, 64, 10000.0},
+                        {8, 128, 128, 500000.0},
+                        {3, 256, 64, 1000000.0},
+                        {2, 100, 100, 10000.0}};
+  for (DType dtype : kActivationDtypes) {
+    for (int64_t tokens : kRows) {
+      for (const Case& c : cases) {
+        RopeParams params;
+        params.head_size = c.head_size;
+        params.rotary_dim = c.rotary_dim;
+        params.theta = c.theta;
+        const std::vector<float> frequencies = rope_inverse_frequencies(params);
+        std::vector<int64_t> positions(tokens);
+        for (int64_t& p : positions)
+          p = static_cast<int64_t>(rng() % 100001);
+        positions.back() = 100000;
+        const int64_t slots = c.heads + 2;
+        const Tensor fused = rounded(random_tensor({tokens, slots, c.head_size}, rng), dtype);
+        Tensor ref = fused.clone();
+        const Tensor q = ref.narrow(1, 0, c.heads).contiguous();
+        apply_rope_cpu(frequencies, c.rotary_dim, positions, q);
+        ref.narrow(1, 0, c.heads).copy_from(q);
+
+        Tensor frequencies_host = Tensor::empty({c.rotary_dim / 2}, DType::kF32);
+        std::copy(frequencies.begin(), frequencies.end(), frequencies_host.data<float>());
+        Tensor positions_host = Tensor::empty({tokens}, DType::kI64);
+        std::copy(positions.begin(), positions.end(), positions_host.data<int64_t>());
+        const Tensor device = to_cuda(fused, dtype);
+        cuda::rope(frequencies_host.to(Device::cuda()), c.rotary_dim,
+                   positions_host.to(Device::cuda()), device.narrow(1, 0, c.heads));
+        EXPECT_LE(relative_error(to_host_f32(device), ref), tolerance(dtype))
+            << dtype_name(dtype) << " tokens " << tokens << " head " << c.head_size << " rotary "
+            << c.rotary_dim;
+      }
+    }
+  }
+}
+
+// bf16 inputs against an f32 product of the same rounded values. A bf16 output carries its own
+// rounding (about 1e-3 relative); an f32 output differs only in summation order. Each shape runs
+// twice, the second time through the cached plan, poisoned again in between.
+TEST(CudaOpsTest, LinearMatchesCpuAndWritesEveryElement) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  std::mt19937 rng(8);
+  for (int64_t n : {128, 4096, 1000}) {
+    for (int64_t k : {64, 4096, 200}) {
+      const Tensor w = rounded(random_tensor({n, k}, rng), DType::kBF16);
+      const Tensor device_w = to_cuda(w, DType::kBF16);
+      for (int64_t m : {1, 7, 64, 300}) {
+        const Tensor x = rounded(random_tensor({m, k}, rng), DType::kBF16);
+        Tensor ref = Tensor::empty({m, n}, DType::kF32);
+        cpu::linear(x, w, ref);
+        const Tensor device_x = to_cuda(x, DType::kBF16);
+        for (DType out_dtype : kActivationDtypes) {
+          const double limit = out_dtype == DType::kBF16 ? 2e-3 : 1e-4;
+          for (int run = 0; run < 2; ++run) {
+            const Tensor out = poisoned({m, n}, out_dtype);
+            cuda::linear(device_x, device_w, out);
+            EXPECT_LE(relative_error(to_host_f32(out), ref), limit)
+                << "M " << m << " N " << n << " K " << k << " out " << dtype_name(out_dtype)
+                << " run " << run;
+          }
+        }
+      }
+    }
+  }
+}
+
+// x as rows of a wider buffer (row stride > K), including a single row at a 2-byte offset.
+TEST(CudaOpsTest, LinearOnStridedAndMisalignedRows) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  std::mt19937 rng(9);
+  for (const auto& [m, k, pad, offset] :
+       {std::tuple{7, 64, 8, 0}, std::tuple{64, 4096, 64, 0}, std::tuple{1, 200, 3, 1}}) {
+    const int64_t n = 256;
+    const Tensor wide = rounded(random_tensor({m, k + pad}, rng), DType::kBF16);
+    const Tensor x = wide.narrow(1, offset, k).contiguous();
+    const Tensor w = rounded(random_tensor({n, k}, rng), DType::kBF16);
+    Tensor ref = Tensor::empty({m, n}, DType::kF32);
+    cpu::linear(x, w, ref);
+    const Tensor out = poisoned({m, n}, DType::kF32);
+    cuda::linear(to_cuda(wide, DType::kBF16).narrow(1, offset, k), to_cuda(w, DType::kBF16), out);
+    EXPECT_LE(relative_error(to_host_f32(out), ref), 1e-4) << "M " << m << " K " << k;
+  }
+}
+
+// Conversions round exactly as the host ones do, on aligned and misaligned tensors.
+TEST(CudaOpsTest, ConvertMatchesHostRounding) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  std::mt19937 rng(10);
+  for (DType from : {DType::kF32, DType::kF16, DType::kBF16}) {
+    for (DType to : {DType::kF32, DType::kF16, DType::kBF16}) {
+      for (int64_t offset : {0, 1}) {
+        const int64_t n = 3 * 100 + 5;
+        const Tensor src_host = cast(random_tensor({n}, rng, 100.0f), from);
+        const Tensor src = poisoned({n + offset}, from).narrow(0, offset, n);
+        src.copy_from(src_host.to(Device::cuda()));
+        const Tensor dst = poisoned({n + offset}, to).narrow(0, offset, n);
+        cuda::convert(src, dst);
+        const Tensor expected = cast(src_host, to);
+        const Tensor got = dst.to(Device::cpu());
+        EXPECT_EQ(0, std::memcmp(got.raw_data(), expected.raw_data(), n * got.element_size()))
+            << dtype_name(from) << " -> " << dtype_name(to) << " offset " << offset;
+      }
+    }
+  }
+}
+
+TEST(CudaOpsTest, UnsupportedDtypesAreErrors) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  const Tensor f16 = Tensor::empty({4, 64}, DType::kF16, Device::cuda());
+  const Tensor bf16 = Tensor::empty({4, 64}, DType::kBF16, Device::cuda());
+  const Tensor ints = Tensor::empty({4, 64}, DType::kI32, Device::cuda());
+  EXPECT_THROW(cuda::linear(bf16, f16, Tensor::empty({4, 4}, DType::kF32, Device::cuda())), Error);
+  EXPECT_THROW(cuda::rms_norm(ints, Tensor(), 1e-6f, 0.0f, ints), Error);
+  EXPECT_THROW(cuda::scale_in_place(f16, 2.0f), Error);
+  EXPECT_THROW(cuda::convert(ints, bf16), Error);
+}
+
+}  // namespace
+}  // namespace pagoda
