@@ -6,14 +6,34 @@
 
 namespace pagoda {
 
+#if PAGODA_HAVE_CUDA
+// The CUDA kernels (attention/cuda/paged_attention.h) walk NHD pages by runtime strides.
+const AttentionBackend& cuda_attention_backend() {
+  static const PagedAttentionBackend backend("cuda", PageOrder::kNhd,
+                                             AttentionFeatures{.sliding_window = true,
+                                                               .logit_softcap = true,
+                                                               .attention_sinks = true,
+                                                               .split_kv_head_sizes = true,
+                                                               .cache_only_queries = true});
+  return backend;
+}
+#endif
+
 const AttentionBackend& find_attention_backend(const std::string& name) {
   if (name == "cpu") return cpu_attention_backend();
+#if PAGODA_HAVE_CUDA
+  if (name == "cuda") return cuda_attention_backend();
+#endif
   fail("unknown attention backend '{}'; this build has: {}", name,
        fmt::join(attention_backend_names(), ", "));
 }
 
 std::vector<std::string> attention_backend_names() {
+#if PAGODA_HAVE_CUDA
+  return {"cpu", "cuda"};
+#else
   return {"cpu"};
+#endif
 }
 
 KvCacheView reshape_kv_cache(const Tensor& buffer, const AttentionBackend& backend,

@@ -1,0 +1,183 @@
+// Decode attention micro-benchmark: bf16, 32 query / 8 KV heads, head size 128, one query token per
+// sequence, pages of 16 tokens, NHD. For each batch size and context length it times the CUDA
+// kernel over the cache (no K/V write) and reports the bytes of K and V it must read over the time,
+// against the device-to-device copy bandwidth measured in the same run. Pages are plain, or padded
+// by a quarter page with a runtime block stride. Inputs rotate over several disjoint block sets so
+// the L2 cache does not serve repeated runs.
+#include <cuda_runtime.h>
+#include <fmt/core.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "attention/cuda/attention_plan.h"
+#include "attention/cuda/paged_attention.h"
+#include "core/cuda/context.h"
+
+namespace pagoda {
+namespace {
+
+constexpr int64_t kQHeads = 32;
+constexpr int64_t kKvHeads = 8;
+constexpr int64_t kHead = 128;
+constexpr int64_t kBlock = 16;
+constexpr int64_t kPoolBytes = int64_t{40} << 30;
+
+// Median of `runs` timings of `body` in milliseconds, each the mean of `inner` calls.
+template <typename Body>
+double time_ms(int runs, int inner, Body&& body) {
+  cudaEvent_t start, stop;
+  PAGODA_CUDA_CHECK(cudaEventCreate(&start));
+  PAGODA_CUDA_CHECK(cudaEventCreate(&stop));
+  for (int i = 0; i < 3; ++i)
+    body(i);
+  std::vector<double> times;
+  for (int r = 0; r < runs; ++r) {
+    PAGODA_CUDA_CHECK(cudaEventRecord(start, cuda::stream()));
+    for (int i = 0; i < inner; ++i)
+      body(i);
+    PAGODA_CUDA_CHECK(cudaEventRecord(stop, cuda::stream()));
+    PAGODA_CUDA_CHECK(cudaEventSynchronize(stop));
+    float ms = 0;
+    PAGODA_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+    times.push_back(ms / inner);
+  }
+  std::sort(times.begin(), times.end());
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  return times[times.size() / 2];
+}
+
+// Bytes read plus bytes written per second of a large device-to-device copy.
+double copy_bandwidth() {
+  const size_t bytes = size_t{4} << 30;
+  void* a = nullptr;
+  void* b = nullptr;
+  PAGODA_CUDA_CHECK(cudaMalloc(&a, bytes));
+  PAGODA_CUDA_CHECK(cudaMalloc(&b, bytes));
+  PAGODA_CUDA_CHECK(cudaMemset(a, 1, bytes));
+  const double ms = time_ms(5, 5, [&](int) {
+    PAGODA_CUDA_CHECK(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, cuda::stream()));
+  });
+  cudaFree(a);
+  cudaFree(b);
+  return 2.0 * bytes / (ms * 1e-3);
+}
+
+struct Result {
+  double us = 0;
+  double bandwidth = 0;
+};
+
+Result run_case(const Tensor& pool, PageOrder order, int64_t page_padding, int64_t batch,
+                int64_t context, std::mt19937& rng) {
+  const KvPageShape page{.block_size = kBlock,
+                         .num_kv_heads = kKvHeads,
+                         .head_size_k = kHead,
+                         .head_size_v = kHead,
+                         .dtype = DType::kBF16};
+  const PagedAttentionBackend backend("cuda", order, {});
+  const int64_t stride = page.page_bytes() + page_padding;
+  const int64_t num_blocks = pool.numel() / stride;
+  const KvCacheView cache =
+      reshape_kv_cache(pool.narrow(0, 0, num_blocks * stride), backend, page, num_blocks,
+                       PagePlacement{.offset_bytes = 0, .block_stride_bytes = stride});
+  const int64_t blocks_per_seq = (context + kBlock - 1) / kBlock;
+  const int64_t blocks_per_set = batch * blocks_per_seq;
+  const int64_t sets = std::clamp<int64_t>(num_blocks / blocks_per_set, 1, 8);
+
+  // Each set: its own shuffled blocks, so consecutive runs read different memory.
+  std::vector<int32_t> blocks(sets * blocks_per_set);
+  std::iota(blocks.begin(), blocks.end(), 0);
+  std::shuffle(blocks.begin(), blocks.end(), rng);
+  std::vector<std::unique_ptr<cuda::AttentionPlan>> plans;
+  for (int64_t s = 0; s < sets; ++s) {
+    AttentionMetadata meta;
+    meta.num_actual_tokens = batch;
+    meta.num_decode_tokens = batch;
+    meta.block_table = std::span<const int32_t>(blocks.data() + s * blocks_per_set, blocks_per_set);
+    meta.block_table_stride = blocks_per_seq;
+    for (int64_t b = 0; b < batch; ++b) {
+      meta.query_start.push_back(b);
+      meta.seq_lens.push_back(context);
+      meta.block_table_rows.push_back(static_cast<int32_t>(b));
+      meta.slot_mapping.push_back(-1);
+    }
+    meta.query_start.push_back(batch);
+    auto plan = std::make_unique<cuda::AttentionPlan>(batch, batch, blocks_per_seq, kBlock);
+    plan->update(meta);
+    plans.push_back(std::move(plan));
+  }
+  const Tensor query = Tensor::empty({batch, kQHeads, kHead}, DType::kBF16, Device::cuda(0));
+  query.fill(0.01);
+  const Tensor output = Tensor::empty({batch, kQHeads * kHead}, DType::kBF16, Device::cuda(0));
+  const AttentionLayerParams params{.num_q_heads = kQHeads,
+                                    .num_kv_heads = kKvHeads,
+                                    .head_size_k = kHead,
+                                    .head_size_v = kHead,
+                                    .scale = 1.0f / std::sqrt(float{kHead})};
+  Result result;
+  const double ms = time_ms(7, 20, [&](int i) {
+    cuda::paged_attention(params, query, Tensor(), Tensor(), cache, *plans[i % sets], output);
+  });
+  const double bytes = double(batch) * context * kKvHeads * kHead * 2 * 2;
+  result.us = ms * 1e3;
+  result.bandwidth = bytes / (ms * 1e-3);
+  return result;
+}
+
+// With no arguments: the whole table. With BATCH CONTEXT [hnd]: that one case (for a profiler).
+void run(int argc, char** argv) {
+  const double copy = copy_bandwidth();
+  fmt::print("device-to-device copy: {:.0f} GB/s (read + write)\n\n", copy / 1e9);
+  // A pool filled with small random values: no zeros, no NaN.
+  const Tensor pool = Tensor::empty({kPoolBytes}, DType::kU8, Device::cuda(0));
+  {
+    const Tensor half = pool.reinterpret(DType::kBF16);
+    std::mt19937 rng(7);
+    Tensor chunk = Tensor::empty({int64_t{1} << 20}, DType::kBF16);
+    for (int64_t i = 0; i < chunk.numel(); ++i)
+      chunk.data<uint16_t>()[i] = f32_to_bf16(std::uniform_real_distribution<float>(-1, 1)(rng));
+    for (int64_t off = 0; off + chunk.numel() <= half.numel(); off += chunk.numel())
+      half.narrow(0, off, chunk.numel()).copy_from(chunk);
+  }
+  const int64_t page_bytes = kBlock * kKvHeads * kHead * 2 * 2;
+  std::mt19937 rng(1);
+  if (argc >= 3) {
+    const PageOrder order =
+        argc >= 4 && std::string(argv[3]) == "hnd" ? PageOrder::kHnd : PageOrder::kNhd;
+    const Result r = run_case(pool, order, 0, std::stoll(argv[1]), std::stoll(argv[2]), rng);
+    fmt::print("{} x {} {}: {:.1f} µs, {:.1f}% of copy\n", argv[1], argv[2], page_order_name(order),
+               r.us, 100 * r.bandwidth / copy);
+    return;
+  }
+  fmt::print(
+      "| batch | context | µs | GB/s | % of copy | padded µs | % of copy | padding cost |\n");
+  fmt::print("|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+  for (int64_t batch : {1, 16, 64, 256}) {
+    for (int64_t context : {512, 1024, 4096, 16384}) {
+      const Result plain = run_case(pool, PageOrder::kNhd, 0, batch, context, rng);
+      const Result padded = run_case(pool, PageOrder::kNhd, page_bytes / 4, batch, context, rng);
+      fmt::print("| {} | {} | {:.1f} | {:.0f} | {:.1f}% | {:.1f} | {:.1f}% | {:+.1f}% |\n", batch,
+                 context, plain.us, plain.bandwidth / 1e9, 100 * plain.bandwidth / copy, padded.us,
+                 100 * padded.bandwidth / copy, 100 * (padded.us / plain.us - 1));
+    }
+  }
+}
+
+}  // namespace
+}  // namespace pagoda
+
+int main(int argc, char** argv) {
+  try {
+    pagoda::run(argc, argv);
+  } catch (const std::exception& error) {
+    fmt::print(stderr, "attention_bench: {}\n", error.what());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,60 @@
+// The device copy of one KV cache group's attention metadata for a step: uploaded once and read by
+// every layer of the group (plan once, run per layer). Buffers keep their addresses across steps,
+// so a CUDA graph captured over one step replays correctly after the next update().
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "attention/metadata.h"
+#include "core/tensor.h"
+
+namespace pagoda::cuda {
+
+class AttentionPlan {
+ public:
+  // Sized for at most `max_seqs` sequences, `max_tokens` query rows and `max_blocks_per_seq`
+  // blocks per sequence.
+  AttentionPlan(int64_t max_seqs, int64_t max_tokens, int64_t max_blocks_per_seq,
+                int64_t block_size);
+  ~AttentionPlan();
+  AttentionPlan(const AttentionPlan&) = delete;
+  AttentionPlan& operator=(const AttentionPlan&) = delete;
+
+  // Copies the step's metadata to the device (asynchronously on cuda::stream()). Throws Error when
+  // the step exceeds the sizes given at construction.
+  void update(const AttentionMetadata& metadata);
+
+  // Device arrays of the current step.
+  const int32_t* query_start() const;   // [num_seqs + 1]
+  const int32_t* seq_lens() const;      // [num_seqs]
+  const int32_t* block_table() const;   // [num_seqs, block_table_stride()]
+  const int64_t* slot_mapping() const;  // [num_actual_tokens]
+  int64_t block_table_stride() const { return max_blocks_per_seq_; }
+  int64_t block_size() const { return block_size_; }
+
+  // Host copies of the step's sizes.
+  int64_t num_seqs() const { return num_seqs_; }
+  int64_t num_decode_seqs() const { return num_decode_seqs_; }
+  int64_t num_actual_tokens() const { return num_actual_tokens_; }
+  int64_t max_prefill_query_len() const { return max_prefill_query_len_; }
+  int64_t max_seq_len() const { return max_seq_len_; }
+
+  // KV splits per decoding (sequence, KV head). 0 chooses per step from the lengths; a CUDA graph
+  // fixes it, since its grid is captured.
+  int64_t fixed_decode_splits = 0;
+
+  // Scratch for split-KV partial results: at least `floats` f32 and `counters` zeroed int32
+  // counters. Grows (outside graph capture only) and keeps its contents' zero invariant.
+  float* partials(int64_t floats);
+  int32_t* counters(int64_t count);
+
+ private:
+  struct Buffers;
+  std::unique_ptr<Buffers> buffers_;
+  int64_t max_seqs_, max_tokens_, max_blocks_per_seq_, block_size_;
+  int64_t num_seqs_ = 0, num_decode_seqs_ = 0, num_actual_tokens_ = 0;
+  int64_t max_prefill_query_len_ = 0, max_seq_len_ = 0;
+};
+
+}  // namespace pagoda::cuda

@@ -1,0 +1,714 @@
+// Paged attention on tensor cores (mma.sync m16n8k16, bf16 in, f32 accumulate).
+//
+// A CTA of 4 warps serves one (sequence, KV head, row tile, KV split). Its query rows are the
+// (token, head-in-group) pairs of that KV head's query group, token-major, so a decode token of a
+// 32q/8kv model fills 4 of the 16 rows of an mma tile and the KV head's pages are read once for
+// all 4 query heads. Keys stream through shared memory in chunks of 64, double-buffered with
+// cp.async (16-byte copies; keys past the range are zero-filled). Each key's address comes from
+// the block table and the cache's runtime block / token / head strides.
+//
+// Decode (kRowTiles = 1): the 4 warps share one row tile and take 16 keys of each chunk apiece;
+// their online-softmax states are merged through shared memory at the end. Long contexts split
+// across CTAs; each writes a partial (O / l, log2-sum-exp) and the last CTA of a (sequence, KV
+// head) to finish merges them, found through a counter it resets for the next launch.
+// Prefill (kRowTiles = 4): each warp owns 16 of 64 rows and reads every key of each chunk.
+#include <cuda_bf16.h>
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+
+#include "attention/cuda/attention_plan.h"
+#include "attention/cuda/paged_attention.h"
+#include "core/cuda/context.h"
+
+namespace pagoda::cuda {
+namespace {
+
+using bf16 = __nv_bfloat16;
+
+constexpr int kWarps = 4;
+constexpr int kThreads = kWarps * 32;
+constexpr int kChunk = 64;  // keys per shared-memory stage
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kNegInf = -INFINITY;
+
+// One of K or V in the cache. Element offsets; the page of block b starts at b * block_stride.
+struct PagedTensor {
+  bf16* base;
+  int64_t block_stride;
+  int64_t token_stride;
+  int64_t head_stride;
+};
+
+struct Args {
+  const bf16* q;  // [T, Hq, Dk]
+  int64_t q_token_stride;
+  int64_t q_head_stride;
+  PagedTensor k, v;
+  bf16* out;  // [T, Hq * Dv]
+  int64_t out_token_stride;
+  const float* sinks;  // [Hq] or null
+  float scale;
+  float softcap;  // 0: none
+  int window;     // 0: full attention
+  int num_kv_heads;
+  int group;  // query heads per KV head
+  int block_size;
+  int block_shift;  // log2(block_size) when a power of two, else -1
+  const int32_t* query_start;
+  const int32_t* seq_lens;
+  const int32_t* block_table;
+  int64_t block_table_stride;
+  int seq_offset;  // first sequence of this launch
+  int num_splits;
+  float* partials;    // [seqs, Hkv, splits, 16, Dv] O / l, then [seqs, Hkv, splits, 16] lse
+  int32_t* counters;  // [seqs, Hkv]
+};
+
+__device__ __forceinline__ uint32_t smem_address(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ void copy_16(void* dst, const void* src, bool valid) {
+  const int bytes = valid ? 16 : 0;  // 0: fill the destination with zeros
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_address(dst)), "l"(src),
+               "r"(bytes));
+}
+__device__ __forceinline__ void copy_commit() {
+  asm volatile("cp.async.commit_group;\n" ::);
+}
+template <int kPending>
+__device__ __forceinline__ void copy_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
+}
+
+__device__ __forceinline__ void load_matrix_x4(uint32_t (&r)[4], const bf16* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_address(p)));
+}
+__device__ __forceinline__ void load_matrix_x4_trans(uint32_t (&r)[4], const bf16* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_address(p)));
+}
+
+// c += a · b for a 16x16 bf16 A (row-major), a 16x8 bf16 B (column-major), f32 C.
+__device__ __forceinline__ void mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
+                                    uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+      "{%8, %9}, {%0, %1, %2, %3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+constexpr int kTableWindow = 1024;  // block-table entries a CTA keeps in shared memory
+
+// 2^x on the special-function unit; 2^-inf is 0.
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+template <int kDk, int kDv, int kRowTiles, int kStageCount>
+struct Shape {
+  static constexpr int kRows = 16 * kRowTiles;
+  static constexpr int kKeyGroups = kWarps / kRowTiles;
+  static constexpr int kKeysPerWarp = kChunk / kKeyGroups;
+  static constexpr int kKStride = kDk + 8;  // padded rows: ldmatrix without bank conflicts
+  static constexpr int kVStride = kDv + 8;
+  static constexpr int kQElems = kRows * kKStride;
+  static constexpr int kStageElems = kChunk * (kKStride + kVStride);
+  static constexpr int kStages = kStageCount;
+  static constexpr int kMergeFloats = kKeyGroups * kRows * (kDv + 2);
+  // Q, then the K/V stages and the table window; the merge reuses the stages.
+  static constexpr int kSmemBytes =
+      kQElems * 2 + (kStages * kStageElems * 2 + kTableWindow * 4 > kMergeFloats * 4
+                         ? kStages * kStageElems * 2 + kTableWindow * 4
+                         : kMergeFloats * 4);
+};
+
+// The CTA's window of its sequence's block table, in shared memory: block ids of pages
+// [first_page, first_page + kTableWindow). Loads address pages through it, so no copy waits on a
+// global read of the table.
+
+struct TableWindow {
+  int32_t* pages;  // [kTableWindow] shared
+  int first_page = 0;
+};
+
+// Fills the window from `first_page`; every thread takes part, and a barrier follows.
+__device__ void fill_window(const Args& a, int seq, int first_page, TableWindow& window) {
+  const int32_t* table = a.block_table + seq * a.block_table_stride;
+  const int last = static_cast<int>(min(a.block_table_stride, int64_t{first_page} + kTableWindow));
+  for (int i = threadIdx.x; i < last - first_page; i += kThreads)
+    window.pages[i] = table[first_page + i];
+  window.first_page = first_page;
+  __syncthreads();
+}
+
+// Element offset of position `pos`'s row in one of K or V, head `kv_head`.
+__device__ __forceinline__ int64_t row_offset(const Args& a, const PagedTensor& t,
+                                              const TableWindow& window, int pos, int kv_head) {
+  const int page = a.block_shift >= 0 ? pos >> a.block_shift : pos / a.block_size;
+  const int64_t block = window.pages[page - window.first_page];
+  return block * t.block_stride + (pos - page * a.block_size) * t.token_stride +
+         kv_head * t.head_stride;
+}
+
+// K and V rows of equal width at the same offsets from their bases (one cache tensor holding
+// both): one address computation serves the two copies.
+template <int kDim>
+__device__ __forceinline__ void load_paired_rows(const Args& a, const TableWindow& window,
+                                                 int kv_head, int first, int end, bf16* k_stage,
+                                                 bf16* v_stage) {
+  constexpr int kPieces = kDim / 8;
+  constexpr int kStride = kDim + 8;
+  constexpr int kKeyStep = kThreads / kPieces;
+  const int piece = threadIdx.x % kPieces;
+  const int key0 = threadIdx.x / kPieces;
+#pragma unroll
+  for (int j = 0; j < kChunk / kKeyStep; ++j) {
+    const int key = key0 + j * kKeyStep;
+    const int pos = first + key;
+    const bool valid = pos < end;
+    const int64_t offset = valid ? row_offset(a, a.k, window, pos, kv_head) + piece * 8 : 0;
+    copy_16(k_stage + key * kStride + piece * 8, a.k.base + offset, valid);
+    copy_16(v_stage + key * kStride + piece * 8, a.v.base + offset, valid);
+  }
+}
+
+// Queues the copy of `kDim`-wide rows of keys [first, first + kChunk) of `t` (those below `end`;
+// the rest zero-filled) into `stage` [kChunk][kDim + 8]. Each thread keeps one 16-byte piece of a
+// row and steps over keys, so the piece offset is computed once.
+template <int kDim>
+__device__ __forceinline__ void load_rows(const Args& a, const PagedTensor& t,
+                                          const TableWindow& window, int kv_head, int first,
+                                          int end, bf16* stage) {
+  constexpr int kPieces = kDim / 8;
+  constexpr int kStride = kDim + 8;
+  if constexpr (kThreads % kPieces == 0) {
+    constexpr int kKeyStep = kThreads / kPieces;
+    const int piece = threadIdx.x % kPieces;
+    const int key0 = threadIdx.x / kPieces;
+#pragma unroll
+    for (int j = 0; j < kChunk / kKeyStep; ++j) {
+      const int key = key0 + j * kKeyStep;
+      const int pos = first + key;
+      const bool valid = pos < end;
+      const bf16* src =
+          valid ? t.base + row_offset(a, t, window, pos, kv_head) + piece * 8 : t.base;
+      copy_16(stage + key * kStride + piece * 8, src, valid);
+    }
+  } else {
+#pragma unroll 4
+    for (int i = threadIdx.x; i < kChunk * kPieces; i += kThreads) {
+      const int key = i / kPieces;
+      const int piece = i % kPieces;
+      const int pos = first + key;
+      const bool valid = pos < end;
+      const bf16* src =
+          valid ? t.base + row_offset(a, t, window, pos, kv_head) + piece * 8 : t.base;
+      copy_16(stage + key * kStride + piece * 8, src, valid);
+    }
+  }
+}
+
+// Queues keys [first, first + kChunk) of K and V into one stage, moving the table window first
+// when the chunk's pages run past it.
+template <int kDk, int kDv>
+__device__ void load_chunk(const Args& a, int seq, int kv_head, int first, int end,
+                           TableWindow& window, bf16* k_stage, bf16* v_stage) {
+  const int last_pos = min(first + kChunk, end) - 1;
+  if (last_pos / a.block_size >= window.first_page + kTableWindow) {
+    __syncthreads();  // every copy from the old window has been issued
+    fill_window(a, seq, first / a.block_size, window);
+  }
+  if constexpr (kDk == kDv && kThreads % (kDk / 8) == 0) {
+    if (a.k.block_stride == a.v.block_stride && a.k.token_stride == a.v.token_stride &&
+        a.k.head_stride == a.v.head_stride) {
+      load_paired_rows<kDk>(a, window, kv_head, first, end, k_stage, v_stage);
+      return;
+    }
+  }
+  load_rows<kDk>(a, a.k, window, kv_head, first, end, k_stage);
+  load_rows<kDv>(a, a.v, window, kv_head, first, end, v_stage);
+}
+
+template <int kDk, int kDv, int kRowTiles, int kStages>
+__global__ void __launch_bounds__(kThreads) attention_kernel(const Args a) {
+  using S = Shape<kDk, kDv, kRowTiles, kStages>;
+  extern __shared__ uint4 shared_raw[];
+  bf16* q_s = reinterpret_cast<bf16*>(shared_raw);  // [kRows][kKStride]
+  bf16* stages = q_s + S::kQElems;                  // 2 x ([kChunk][kKStride], [kChunk][kVStride])
+  TableWindow window{reinterpret_cast<int32_t*>(stages + S::kStages * S::kStageElems)};
+
+  const int seq = a.seq_offset + blockIdx.x;
+  const int kv_head = blockIdx.y;
+  const int row_tile = blockIdx.z / a.num_splits;
+  const int split = blockIdx.z % a.num_splits;
+  const int q_begin = a.query_start[seq];
+  const int q_len = a.query_start[seq + 1] - q_begin;
+  const int seq_len = a.seq_lens[seq];
+  const int row_begin = row_tile * S::kRows;
+  const int num_rows = q_len * a.group;
+  if (row_begin >= num_rows) return;  // a prefill tile past a shorter sequence (never split)
+  const int rows_here = min(S::kRows, num_rows - row_begin);
+  const int first_pos = seq_len - q_len;
+
+  // Query rows of this tile, copied with the first chunk; rows past the sequence are zero.
+  for (int i = threadIdx.x; i < S::kRows * (kDk / 8); i += kThreads) {
+    const int r = i / (kDk / 8);
+    const int piece = i % (kDk / 8);
+    const int row = row_begin + r;
+    const bf16* src = a.q;
+    if (r < rows_here) {
+      src += (q_begin + row / a.group) * a.q_token_stride +
+             (kv_head * a.group + row % a.group) * a.q_head_stride + piece * 8;
+    }
+    copy_16(q_s + r * S::kKStride + piece * 8, src, r < rows_here);
+  }
+
+  // Keys this CTA reads: up to its last row's position, from the first row's window start.
+  const int lowest_pos = first_pos + row_begin / a.group;
+  const int highest_pos = first_pos + (row_begin + rows_here - 1) / a.group;
+  const int kv_lo = a.window > 0 ? max(0, lowest_pos - a.window + 1) : 0;
+  const int kv_hi = highest_pos + 1;
+  const int per_split =
+      ((kv_hi - kv_lo + a.num_splits - 1) / a.num_splits + kChunk - 1) / kChunk * kChunk;
+  const int start = kv_lo + split * per_split;
+  const int end = min(kv_hi, start + per_split);
+  const int num_chunks = end > start ? (end - start + kChunk - 1) / kChunk : 0;
+
+  const int warp = threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  const int warp_rows = warp % kRowTiles;  // row tile of this warp
+  const int warp_keys = warp / kRowTiles;  // key group of this warp
+  const int g = lane / 4;
+  const int t4 = lane % 4;
+
+  // This thread's two rows (g and g + 8 of the warp's tile): positions; -1 masks every key.
+  int row_pos[2];
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const int r = warp_rows * 16 + g + 8 * i;
+    row_pos[i] = r < rows_here ? first_pos + (row_begin + r) / a.group : -1;
+  }
+  const float scale_log2 = a.scale * kLog2e;
+
+  float o[kDv / 8][4] = {};
+  float m[2] = {kNegInf, kNegInf};
+  float l[2] = {0.0f, 0.0f};
+
+  // Chunk c lives in stage c % kStages; kStages - 1 chunks are in flight ahead of the one in use.
+  auto issue = [&](int chunk) {
+    if (chunk < num_chunks) {
+      bf16* stage = stages + (chunk % S::kStages) * S::kStageElems;
+      load_chunk<kDk, kDv>(a, seq, kv_head, start + chunk * kChunk, end, window, stage,
+                           stage + kChunk * S::kKStride);
+    }
+    copy_commit();  // an empty group keeps the count of groups per chunk fixed
+  };
+  if (num_chunks > 0) fill_window(a, seq, start / a.block_size, window);
+#pragma unroll
+  for (int c = 0; c < S::kStages - 1; ++c)
+    issue(c);
+  for (int c = 0; c < num_chunks; ++c) {
+    copy_wait<S::kStages - 2>();
+    // Chunk c is visible to all, and every warp is done with chunk c - 1, whose stage is refilled.
+    __syncthreads();
+    issue(c + S::kStages - 1);
+
+    const bf16* k_s = stages + (c % S::kStages) * S::kStageElems;
+    const bf16* v_s = k_s + kChunk * S::kKStride;
+    const bf16* k_warp = k_s + warp_keys * S::kKeysPerWarp * S::kKStride;
+    const bf16* v_warp = v_s + warp_keys * S::kKeysPerWarp * S::kVStride;
+    constexpr int kTiles = S::kKeysPerWarp / 8;
+
+    float s[kTiles][4] = {};
+#pragma unroll
+    for (int kc = 0; kc < kDk / 16; ++kc) {
+      uint32_t qa[4];
+      load_matrix_x4(qa,
+                     q_s + (warp_rows * 16 + lane % 16) * S::kKStride + kc * 16 + (lane / 16) * 8);
+#pragma unroll
+      for (int j = 0; j < kTiles; j += 2) {
+        uint32_t kb[4];
+        load_matrix_x4(kb, k_warp + ((j + lane / 16) * 8 + lane % 8) * S::kKStride + kc * 16 +
+                               ((lane / 8) % 2) * 8);
+        mma(s[j], qa, kb[0], kb[1]);
+        mma(s[j + 1], qa, kb[2], kb[3]);
+      }
+    }
+
+    // Scale, softcap and mask, in the log2 domain. A chunk wholly inside every row's visible
+    // range (the bulk of a long context) skips the mask.
+    const int key_base = start + c * kChunk + warp_keys * S::kKeysPerWarp;
+    const int chunk_first = start + c * kChunk;
+    const int chunk_last = chunk_first + kChunk - 1;
+    const bool whole = chunk_last < end && chunk_last <= lowest_pos &&
+                       (a.window == 0 || chunk_first > highest_pos - a.window);
+    float chunk_max[2] = {kNegInf, kNegInf};
+#pragma unroll
+    for (int j = 0; j < kTiles; ++j) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int i = e / 2;
+        float x = s[j][e];
+        x = a.softcap > 0.0f ? a.softcap * tanhf(x * a.scale / a.softcap) * kLog2e : x * scale_log2;
+        if (!whole) {
+          const int key = key_base + j * 8 + t4 * 2 + e % 2;
+          const bool visible =
+              key < end && key <= row_pos[i] && (a.window == 0 || key > row_pos[i] - a.window);
+          x = visible ? x : kNegInf;
+        }
+        s[j][e] = x;
+        chunk_max[i] = fmaxf(chunk_max[i], x);
+      }
+    }
+    float alpha[2];
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      chunk_max[i] = fmaxf(chunk_max[i], __shfl_xor_sync(0xffffffffu, chunk_max[i], 1));
+      chunk_max[i] = fmaxf(chunk_max[i], __shfl_xor_sync(0xffffffffu, chunk_max[i], 2));
+      const float m_new = fmaxf(m[i], chunk_max[i]);
+      const float m_use = m_new == kNegInf ? 0.0f : m_new;
+      alpha[i] = fast_exp2(m[i] - m_use);
+      m[i] = m_new;
+      l[i] *= alpha[i];
+#pragma unroll
+      for (int j = 0; j < kTiles; ++j) {
+        s[j][2 * i] = fast_exp2(s[j][2 * i] - m_use);
+        s[j][2 * i + 1] = fast_exp2(s[j][2 * i + 1] - m_use);
+        l[i] += s[j][2 * i] + s[j][2 * i + 1];
+      }
+    }
+    // Once the running maxima settle, most chunks leave O as it is.
+    if (__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f)) {
+#pragma unroll
+      for (int d = 0; d < kDv / 8; ++d) {
+        o[d][0] *= alpha[0];
+        o[d][1] *= alpha[0];
+        o[d][2] *= alpha[1];
+        o[d][3] *= alpha[1];
+      }
+    }
+
+    // O += P · V, P taken from the score accumulators as the A operand.
+#pragma unroll
+    for (int kk = 0; kk < S::kKeysPerWarp / 16; ++kk) {
+      uint32_t pa[4];
+      pa[0] = pack_bf16(s[2 * kk][0], s[2 * kk][1]);
+      pa[1] = pack_bf16(s[2 * kk][2], s[2 * kk][3]);
+      pa[2] = pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+      pa[3] = pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+#pragma unroll
+      for (int d = 0; d < kDv / 8; d += 2) {
+        uint32_t vb[4];
+        load_matrix_x4_trans(vb,
+                             v_warp + (kk * 16 + lane % 16) * S::kVStride + (d + lane / 16) * 8);
+        mma(o[d], pa, vb[0], vb[1]);
+        mma(o[d + 1], pa, vb[2], vb[3]);
+      }
+    }
+  }
+  copy_wait<0>();
+  __syncthreads();
+
+  // Every warp's state to shared memory: m, l, then O, per (key group, row).
+  float* merge_m = reinterpret_cast<float*>(stages);
+  float* merge_l = merge_m + S::kKeyGroups * S::kRows;
+  float* merge_o = merge_l + S::kKeyGroups * S::kRows;
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    l[i] += __shfl_xor_sync(0xffffffffu, l[i], 1);
+    l[i] += __shfl_xor_sync(0xffffffffu, l[i], 2);
+    const int slot = warp_keys * S::kRows + warp_rows * 16 + g + 8 * i;
+    if (t4 == 0) {
+      merge_m[slot] = m[i];
+      merge_l[slot] = l[i];
+    }
+#pragma unroll
+    for (int d = 0; d < kDv / 8; ++d) {
+      merge_o[slot * kDv + d * 8 + t4 * 2] = o[d][2 * i];
+      merge_o[slot * kDv + d * 8 + t4 * 2 + 1] = o[d][2 * i + 1];
+    }
+  }
+  __syncthreads();
+
+  const bool split_kv = a.num_splits > 1;
+  const int64_t cta = static_cast<int64_t>(blockIdx.x) * a.num_kv_heads + kv_head;
+  const int64_t partial_index = cta * a.num_splits + split;
+  float* partial_o = a.partials + partial_index * 16 * kDv;
+  float* partial_lse = a.partials +
+                       static_cast<int64_t>(gridDim.x) * a.num_kv_heads * a.num_splits * 16 * kDv +
+                       partial_index * 16;
+  for (int i = threadIdx.x; i < rows_here * kDv; i += kThreads) {
+    const int r = i / kDv;
+    const int d = i % kDv;
+    float m_all = kNegInf;
+    for (int w = 0; w < S::kKeyGroups; ++w)
+      m_all = fmaxf(m_all, merge_m[w * S::kRows + r]);
+    const int head = kv_head * a.group + (row_begin + r) % a.group;
+    const float sink = a.sinks != nullptr && !split_kv ? a.sinks[head] * kLog2e : kNegInf;
+    m_all = fmaxf(m_all, sink);
+    const float m_use = m_all == kNegInf ? 0.0f : m_all;
+    float l_all = exp2f(sink - m_use);
+    float o_all = 0.0f;
+    for (int w = 0; w < S::kKeyGroups; ++w) {
+      const float weight = exp2f(merge_m[w * S::kRows + r] - m_use);
+      l_all += merge_l[w * S::kRows + r] * weight;
+      o_all += merge_o[(w * S::kRows + r) * kDv + d] * weight;
+    }
+    if (!split_kv) {
+      const int token = q_begin + (row_begin + r) / a.group;
+      a.out[token * a.out_token_stride + head * kDv + d] =
+          __float2bfloat16(l_all > 0.0f ? o_all / l_all : 0.0f);
+    } else {
+      partial_o[r * kDv + d] = l_all > 0.0f ? o_all / l_all : 0.0f;
+      if (d == 0) partial_lse[r] = l_all > 0.0f ? m_use + log2f(l_all) : kNegInf;
+    }
+  }
+  if (!split_kv) return;
+
+  // The last split of this (sequence, KV head) to finish merges every split's partial result.
+  __shared__ bool is_last;
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    const int done = atomicAdd(&a.counters[cta], 1);
+    is_last = done == a.num_splits - 1;
+    if (is_last) a.counters[cta] = 0;
+  }
+  __syncthreads();
+  if (!is_last) return;
+  __threadfence();
+  const float* cta_o = a.partials + cta * a.num_splits * 16 * kDv;
+  const float* cta_lse = partial_lse - split * 16;
+  for (int i = threadIdx.x; i < rows_here * kDv; i += kThreads) {
+    const int r = i / kDv;
+    const int d = i % kDv;
+    const int head = kv_head * a.group + (row_begin + r) % a.group;
+    float m_all = a.sinks != nullptr ? a.sinks[head] * kLog2e : kNegInf;
+    for (int sp = 0; sp < a.num_splits; ++sp)
+      m_all = fmaxf(m_all, __ldcg(cta_lse + sp * 16 + r));
+    const float m_use = m_all == kNegInf ? 0.0f : m_all;
+    float l_all = a.sinks != nullptr ? exp2f(a.sinks[head] * kLog2e - m_use) : 0.0f;
+    float o_all = 0.0f;
+    for (int sp = 0; sp < a.num_splits; ++sp) {
+      const float weight = exp2f(__ldcg(cta_lse + sp * 16 + r) - m_use);
+      l_all += weight;
+      o_all += weight * __ldcg(cta_o + (sp * 16 + r) * kDv + d);
+    }
+    const int token = q_begin + (row_begin + r) / a.group;
+    a.out[token * a.out_token_stride + head * kDv + d] =
+        __float2bfloat16(l_all > 0.0f ? o_all / l_all : 0.0f);
+  }
+}
+
+// Writes each real token's K and V rows to the cache at its slot; slot -1 is skipped.
+__global__ void write_kv_kernel(const bf16* key, int64_t key_token_stride, int64_t key_head_stride,
+                                const bf16* value, int64_t value_token_stride,
+                                int64_t value_head_stride, PagedTensor k_cache, PagedTensor v_cache,
+                                const int64_t* slot_mapping, int num_heads, int head_size_k,
+                                int head_size_v, int block_size) {
+  const int token = blockIdx.x;
+  const int64_t slot = slot_mapping[token];
+  if (slot < 0) return;
+  const int64_t block = slot / block_size;
+  const int offset = static_cast<int>(slot % block_size);
+  const int pieces_k = head_size_k / 8;
+  const int pieces_v = head_size_v / 8;
+  for (int i = threadIdx.x; i < num_heads * (pieces_k + pieces_v); i += blockDim.x) {
+    const bool is_key = i < num_heads * pieces_k;
+    const int j = is_key ? i : i - num_heads * pieces_k;
+    const int pieces = is_key ? pieces_k : pieces_v;
+    const int head = j / pieces;
+    const int piece = j % pieces;
+    const PagedTensor& cache = is_key ? k_cache : v_cache;
+    const bf16* src = is_key ? key + token * key_token_stride + head * key_head_stride
+                             : value + token * value_token_stride + head * value_head_stride;
+    bf16* dst = cache.base + block * cache.block_stride + offset * cache.token_stride +
+                head * cache.head_stride;
+    *reinterpret_cast<uint4*>(dst + piece * 8) = *reinterpret_cast<const uint4*>(src + piece * 8);
+  }
+}
+
+PagedTensor paged_view(const Tensor& view) {
+  // view: [num_blocks, block_size, num_kv_heads, head_size], unit inner stride.
+  return {reinterpret_cast<bf16*>(view.raw_data()), view.stride(0), view.stride(1), view.stride(2)};
+}
+
+bool aligned_16(const Tensor& t) {
+  if (reinterpret_cast<uintptr_t>(t.raw_data()) % 16 != 0) return false;
+  for (int64_t d = 0; d + 1 < t.dim(); ++d) {
+    if (t.stride(d) % 8 != 0) return false;
+  }
+  return t.stride(t.dim() - 1) == 1;
+}
+
+template <int kDk, int kDv, int kRowTiles, int kStages>
+struct Kernel {
+  using S = Shape<kDk, kDv, kRowTiles, kStages>;
+  static constexpr auto kFunction = attention_kernel<kDk, kDv, kRowTiles, kStages>;
+
+  // Sets the shared-memory limits once; returns how many CTAs fit on the device at a time.
+  static int64_t resident_ctas() {
+    static const int64_t ctas = [] {
+      PAGODA_CUDA_CHECK(cudaFuncSetAttribute(kFunction, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             S::kSmemBytes));
+      PAGODA_CUDA_CHECK(cudaFuncSetAttribute(kFunction,
+                                             cudaFuncAttributePreferredSharedMemoryCarveout,
+                                             cudaSharedmemCarveoutMaxShared));
+      int per_sm = 0;
+      PAGODA_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kFunction, kThreads,
+                                                                      S::kSmemBytes));
+      return int64_t{per_sm} * multiprocessor_count();
+    }();
+    return ctas;
+  }
+
+  static void launch(const Args& args, int num_seqs, int row_tiles) {
+    resident_ctas();
+    const dim3 grid(num_seqs, args.num_kv_heads, row_tiles * args.num_splits);
+    kFunction<<<grid, kThreads, S::kSmemBytes, stream()>>>(args);
+    PAGODA_CUDA_CHECK_LAUNCH();
+  }
+};
+
+// Calls body(Kernel<...>{}) for the instantiation of these head sizes.
+template <int kRowTiles, int kStages, typename Body>
+void with_kernel(int64_t dk, int64_t dv, Body&& body) {
+  if (dk == 64 && dv == 64) return body(Kernel<64, 64, kRowTiles, kStages>{});
+  if (dk == 128 && dv == 128) return body(Kernel<128, 128, kRowTiles, kStages>{});
+  if (dk == 256 && dv == 256) return body(Kernel<256, 256, kRowTiles, kStages>{});
+  if (dk == 192 && dv == 128) return body(Kernel<192, 128, kRowTiles, kStages>{});
+  fail("CUDA attention has no kernel for head sizes K {} / V {}", dk, dv);
+}
+
+// Decode: one row tile; a third stage keeps two chunks in flight while one is used.
+constexpr int kDecodeStages = 3;
+constexpr int kPrefillStages = 2;
+
+// KV splits per decoding (sequence, KV head): when there are fewer pairs than CTAs the device
+// holds at once, enough splits to fill it in one wave, each at least four chunks long.
+int64_t choose_decode_splits(int64_t pairs, int64_t resident, int64_t max_seq_len) {
+  const int64_t by_length = std::max<int64_t>(1, max_seq_len / (4 * kChunk));
+  return std::clamp<int64_t>(std::min(resident / pairs, by_length), 1, 64);
+}
+
+}  // namespace
+
+int64_t decode_splits_for(int64_t head_size_k, int64_t head_size_v, int64_t pairs,
+                          int64_t max_seq_len) {
+  int64_t resident = 0;
+  with_kernel<1, kDecodeStages>(head_size_k, head_size_v,
+                                [&](auto kernel) { resident = kernel.resident_ctas(); });
+  return choose_decode_splits(pairs, resident, max_seq_len);
+}
+
+bool paged_attention_supports(int64_t head_size_k, int64_t head_size_v, int64_t q_per_kv) {
+  const bool sizes = (head_size_k == head_size_v &&
+                      (head_size_k == 64 || head_size_k == 128 || head_size_k == 256)) ||
+                     (head_size_k == 192 && head_size_v == 128);
+  return sizes && q_per_kv >= 1 && q_per_kv <= 64;
+}
+
+void paged_attention(const AttentionLayerParams& params, const Tensor& query, const Tensor& key,
+                     const Tensor& value, const KvCacheView& cache, AttentionPlan& plan,
+                     const Tensor& output) {
+  const int64_t hq = params.num_q_heads;
+  const int64_t hkv = params.num_kv_heads;
+  const int64_t dk = params.head_size_k;
+  const int64_t dv = params.head_size_v;
+  PAGODA_CHECK(key.defined() == value.defined(), "key and value must both be given or absent");
+  PAGODA_CHECK(hq % hkv == 0 && paged_attention_supports(dk, dv, hq / hkv),
+               "CUDA attention: {} query / {} KV heads of sizes {} / {}", hq, hkv, dk, dv);
+  PAGODA_CHECK(query.dtype() == DType::kBF16 && output.dtype() == DType::kBF16 &&
+                   cache.key.dtype() == DType::kBF16 && cache.value.dtype() == DType::kBF16,
+               "CUDA attention needs bf16 queries, output and cache");
+  PAGODA_CHECK(query.dim() == 3 && query.size(1) == hq && query.size(2) == dk && aligned_16(query),
+               "query {} must be [T, {}, {}] with 16-byte aligned rows", query.shape(), hq, dk);
+  PAGODA_CHECK(output.is_contiguous() && output.size(1) == hq * dv, "output {}", output.shape());
+  PAGODA_CHECK(cache.key.size(1) == plan.block_size() && cache.key.size(2) == hkv &&
+                   cache.key.size(3) == dk && cache.value.size(3) == dv && aligned_16(cache.key) &&
+                   aligned_16(cache.value),
+               "cache view {} / {} does not match the layer", cache.key.shape(),
+               cache.value.shape());
+  const int64_t tokens = plan.num_actual_tokens();
+  if (tokens == 0) return;
+  const PagedTensor k_cache = paged_view(cache.key);
+  const PagedTensor v_cache = paged_view(cache.value);
+  if (key.defined()) {
+    PAGODA_CHECK(aligned_16(key) && aligned_16(value) && key.size(1) == hkv && key.size(2) == dk &&
+                     value.size(2) == dv,
+                 "key {} / value {} for the cache", key.shape(), value.shape());
+    write_kv_kernel<<<tokens, 128, 0, stream()>>>(
+        reinterpret_cast<const bf16*>(key.raw_data()), key.stride(0), key.stride(1),
+        reinterpret_cast<const bf16*>(value.raw_data()), value.stride(0), value.stride(1), k_cache,
+        v_cache, plan.slot_mapping(), static_cast<int>(hkv), static_cast<int>(dk),
+        static_cast<int>(dv), static_cast<int>(plan.block_size()));
+    PAGODA_CUDA_CHECK_LAUNCH();
+  }
+
+  Args args{};
+  args.q = reinterpret_cast<const bf16*>(query.raw_data());
+  args.q_token_stride = query.stride(0);
+  args.q_head_stride = query.stride(1);
+  args.k = k_cache;
+  args.v = v_cache;
+  args.out = reinterpret_cast<bf16*>(output.raw_data());
+  args.out_token_stride = output.stride(0);
+  args.sinks = params.sinks;
+  args.scale = params.scale;
+  args.softcap = params.logit_softcap;
+  args.window = static_cast<int>(params.sliding_window);
+  args.num_kv_heads = static_cast<int>(hkv);
+  args.group = static_cast<int>(hq / hkv);
+  args.block_size = static_cast<int>(plan.block_size());
+  args.block_shift = std::has_single_bit(static_cast<uint64_t>(plan.block_size()))
+                         ? std::countr_zero(static_cast<uint64_t>(plan.block_size()))
+                         : -1;
+  args.query_start = plan.query_start();
+  args.seq_lens = plan.seq_lens();
+  args.block_table = plan.block_table();
+  args.block_table_stride = plan.block_table_stride();
+
+  // Decodes: one row tile of 16 when the query group fits in it; otherwise they go with prefill.
+  const int64_t decodes = args.group <= 16 ? plan.num_decode_seqs() : 0;
+  if (decodes > 0) {
+    Args d = args;
+    d.seq_offset = 0;
+    d.num_splits =
+        static_cast<int>(plan.fixed_decode_splits > 0
+                             ? plan.fixed_decode_splits
+                             : decode_splits_for(dk, dv, decodes * hkv, plan.max_seq_len()));
+    if (d.num_splits > 1) {
+      d.partials = plan.partials(decodes * hkv * d.num_splits * 16 * (dv + 1));
+      d.counters = plan.counters(decodes * hkv);
+    }
+    with_kernel<1, kDecodeStages>(
+        dk, dv, [&](auto kernel) { kernel.launch(d, static_cast<int>(decodes), 1); });
+  }
+  const int64_t rest = plan.num_seqs() - decodes;
+  if (rest > 0) {
+    Args p = args;
+    p.seq_offset = static_cast<int>(decodes);
+    p.num_splits = 1;
+    const int64_t max_query = std::max<int64_t>(plan.max_prefill_query_len(), 1);
+    const int64_t row_tiles = (max_query * args.group + 63) / 64;
+    with_kernel<4, kPrefillStages>(dk, dv, [&](auto kernel) {
+      kernel.launch(p, static_cast<int>(rest), static_cast<int>(row_tiles));
+    });
+  }
+}
+
+}  // namespace pagoda::cuda
