@@ -32,7 +32,14 @@ void add_engine_flags(CLI::App& command, EngineFlags& flags) {
       ->capture_default_str();
   command.add_flag("--no-enable-prefix-caching", flags.no_prefix_caching,
                    "Do not reuse cached prompt prefixes");
-  command.add_option("--device", flags.device, "cpu")->capture_default_str();
+  command.add_option("--device", flags.device, "cpu, cuda or cuda:N")->capture_default_str();
+  command
+      .add_option("--gpu-memory-utilization", flags.gpu_memory_utilization,
+                  "Share of the GPU's memory to use; the KV cache takes what the model leaves")
+      ->check(CLI::Range(0.05, 1.0))
+      ->capture_default_str();
+  command.add_flag("--enforce-eager", flags.enforce_eager,
+                   "On a GPU, run decode steps without CUDA graphs");
   command.add_option("--load-format", flags.load_format, "auto (safetensors) or dummy")
       ->capture_default_str();
   command
@@ -42,17 +49,60 @@ void add_engine_flags(CLI::App& command, EngineFlags& flags) {
   add_cache_flags(command, flags.cache);
 }
 
+Device engine_device(const EngineFlags& flags) {
+  const Device device = parse_device(flags.device);
+  if (device.is_cpu()) return device;
+  if (!built_with_cuda()) {
+    fail("--device {}: this pagoda binary was built without CUDA", flags.device);
+  }
+  if (device.index >= cuda_device_count()) {
+    fail("--device {}: this machine has {} CUDA device(s)", flags.device, cuda_device_count());
+  }
+  return device;
+}
+
+CacheFlags device_cache_flags(const EngineFlags& flags) {
+  CacheFlags cache = flags.cache;
+  const bool gpu = !engine_device(flags).is_cpu();
+  if (cache.attention_backend == "auto") cache.attention_backend = gpu ? "cuda" : "cpu";
+  if (gpu) {
+    if (cache.dtype == "auto") cache.dtype = "bfloat16";
+    if (parse_dtype(cache.dtype) != DType::kBF16) {
+      fail("--dtype {}: the CUDA path runs bfloat16 (weights, activations and KV cache)",
+           cache.dtype);
+    }
+  }
+  return cache;
+}
+
+CacheFlags with_gpu_budget(const CacheFlags& flags, const EngineFlags& engine) {
+  const Device device = engine_device(engine);
+  if (device.is_cpu() || !flags.kv_cache_memory.empty() || flags.num_blocks) return flags;
+  constexpr int64_t kActivationReserve = int64_t{2} << 30;
+  const auto [free, total] = cuda_memory_info(device);
+  const int64_t allowed = static_cast<int64_t>(engine.gpu_memory_utilization * total);
+  const int64_t budget = allowed - (total - free) - kActivationReserve;
+  if (budget <= 0) {
+    fail(
+        "--gpu-memory-utilization {}: {} of {} bytes are in use after loading the model, leaving "
+        "no room for a KV cache",
+        engine.gpu_memory_utilization, total - free, total);
+  }
+  CacheFlags out = flags;
+  out.kv_cache_memory = std::to_string(budget);
+  return out;
+}
+
 std::unique_ptr<CausalLm> load_model(const ModelConfig& config, const std::string& model_dir,
                                      const EngineFlags& flags) {
-  if (flags.device != "cpu") {
-    fail("--device {}: only the cpu device runs models so far", flags.device);
-  }
+  const Device device = engine_device(flags);
   WeightSource weights =
       parse_load_format(flags.load_format) == LoadFormat::kDummy
           ? WeightSource::dummy(flags.weight_dtype == "auto" ? config.dtype.value_or(DType::kBF16)
                                                              : parse_dtype(flags.weight_dtype),
                                 flags.seed)
           : WeightSource::from_checkpoint(model_dir);
+  weights.set_device(device);
   return build_causal_lm(config, weights);
 }
 
@@ -62,7 +112,8 @@ GeneratorConfig generator_config(const ModelConfig& config, const KvCachePlan& p
                             .max_model_len = plan.max_model_len,
                             .eos_token_ids = config.eos_token_ids,
                             .seed = flags.seed,
-                            .scheduler = flags.scheduler};
+                            .scheduler = flags.scheduler,
+                            .enforce_eager = flags.enforce_eager};
   generator.scheduler.enable_prefix_caching = !flags.no_prefix_caching;
   return generator;
 }

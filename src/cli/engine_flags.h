@@ -28,6 +28,8 @@ struct EngineFlags {
   SchedulerConfig scheduler;
   bool no_prefix_caching = false;
   std::string device = "cpu";
+  double gpu_memory_utilization = 0.9;  // share of the GPU's memory pagoda may hold
+  bool enforce_eager = false;           // no CUDA graphs
   std::string load_format = "auto";
   std::string weight_dtype = "auto";
   uint64_t seed = 0;  // dummy weights and unseeded requests
@@ -35,6 +37,18 @@ struct EngineFlags {
 };
 
 void add_engine_flags(CLI::App& command, EngineFlags& flags);
+
+// The device --device names. Error for an unknown name, a build without CUDA or a missing GPU.
+Device engine_device(const EngineFlags& flags);
+
+// The cache flags as the device needs them: on a GPU the attention backend "auto" is cuda and a
+// KV dtype "auto" is bfloat16 (another dtype is an Error); on the CPU "auto" is cpu.
+CacheFlags device_cache_flags(const EngineFlags& flags);
+
+// Without --kv-cache-memory or --num-blocks, a KV budget for a GPU from
+// --gpu-memory-utilization and what is free once the model is loaded: (utilization x total) minus
+// what is in use, minus a reserve for activations. Returns flags with the budget set.
+CacheFlags with_gpu_budget(const CacheFlags& flags, const EngineFlags& engine);
 
 // The model of `model_dir` as the flags say (its checkpoint, or dummy weights). Error for a device
 // that cannot run it or a bad checkpoint.

@@ -125,7 +125,7 @@ void run_generate(const GenerateOptions& options) {
   const ModelConfig config = load_model_config(model_dir);
   // Plan the cache before loading weights, so bad flags fail fast. Without a budget, size the
   // pool for exactly this batch.
-  CacheFlags flags = options.engine.cache;
+  CacheFlags flags = device_cache_flags(options.engine);
   CacheSetup setup = plan_cache(config, nullptr, flags);
   if (flags.kv_cache_memory.empty() && !flags.num_blocks) {
     int64_t needed = kNullBlocks;
@@ -140,7 +140,7 @@ void run_generate(const GenerateOptions& options) {
   const auto started = std::chrono::steady_clock::now();
   std::unique_ptr<CausalLm> model = load_model(config, model_dir, options.engine);
   const auto loaded = std::chrono::steady_clock::now();
-  const KvCache cache = allocate_kv_cache(setup.plan, Device::cpu());
+  const KvCache cache = allocate_kv_cache(setup.plan, engine_device(options.engine));
   const GeneratorConfig generator = generator_config(config, setup.plan, options.engine);
   GenerationStats stats;
   const std::vector<GenerationResult> results =

@@ -28,12 +28,17 @@ void run_serve(const ServeOptions& options) {
   if (!tokenizer.chat_template().empty()) chat = std::make_unique<ChatTemplate>(tokenizer);
 
   const ModelConfig config = load_model_config(model_dir);
-  CacheFlags flags = options.engine.cache;
-  // A server needs room for many sequences; without a budget, take 512 MiB.
-  if (flags.kv_cache_memory.empty() && !flags.num_blocks) flags.kv_cache_memory = "512MiB";
-  const CacheSetup setup = plan_cache(config, nullptr, flags);
+  const Device device = engine_device(options.engine);
+  CacheFlags flags = device_cache_flags(options.engine);
+  // A server needs room for many sequences. Without a budget: on the CPU, 512 MiB; on a GPU, what
+  // --gpu-memory-utilization leaves once the model is loaded.
+  if (device.is_cpu() && flags.kv_cache_memory.empty() && !flags.num_blocks) {
+    flags.kv_cache_memory = "512MiB";
+  }
+  plan_cache(config, nullptr, flags);  // bad flags fail before the weights load
   std::unique_ptr<CausalLm> model = load_model(config, model_dir, options.engine);
-  const KvCache cache = allocate_kv_cache(setup.plan, Device::cpu());
+  const CacheSetup setup = plan_cache(config, nullptr, with_gpu_budget(flags, options.engine));
+  const KvCache cache = allocate_kv_cache(setup.plan, device);
   EngineService engine(*model, setup.plan, cache,
                        generator_config(config, setup.plan, options.engine));
 

@@ -22,7 +22,8 @@ CacheSetup plan_cache(const ModelConfig& target, const ModelConfig* drafter,
                       const CacheFlags& flags) {
   CacheSetup setup;
   setup.dtype = choose_dtype(flags.dtype, target);
-  setup.backend = &find_attention_backend(flags.attention_backend);
+  setup.backend = &find_attention_backend(
+      flags.attention_backend == "auto" ? std::string("cpu") : flags.attention_backend);
 
   KvCacheOptions cache;
   cache.max_model_len = flags.max_model_len.value_or(target.max_position_embeddings);

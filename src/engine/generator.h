@@ -47,6 +47,7 @@ struct GeneratorConfig {
   std::vector<int64_t> eos_token_ids;
   uint64_t seed = 0;  // streams of unseeded requests derive from it and the request's index
   SchedulerConfig scheduler;
+  bool enforce_eager = false;  // on a GPU: no CUDA graphs for decode steps
 };
 
 struct GenerationStats {

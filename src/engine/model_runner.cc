@@ -15,6 +15,14 @@ ModelRunner::ModelRunner(CausalLm& model, const KvCachePlan& plan, const KvCache
     layer_views_.views.push_back(cache.views[i]);
     layer_groups_.push_back(plan.placements[i].group);
   }
+  const Device device = cache.buffers.empty() ? Device::cpu() : cache.buffers[0].device();
+  if (!device.is_cpu()) {
+#if PAGODA_HAVE_CUDA
+    device_inputs_ = std::make_unique<DeviceInputs>(plan, device);
+#else
+    fail("this pagoda binary was built without CUDA; a cache on {} cannot run", device.to_string());
+#endif
+  }
 }
 
 ForwardBatch ModelRunner::prepare(const std::vector<const ScheduledSequence*>& ordered,
@@ -80,7 +88,10 @@ RunnerOutput ModelRunner::execute(const std::vector<ScheduledSequence>& batch,
   for (size_t i : order)
     ordered.push_back(&batch[i]);
 
-  const ForwardBatch inputs = prepare(ordered, blocks);
+  ForwardBatch inputs = prepare(ordered, blocks);
+#if PAGODA_HAVE_CUDA
+  if (device_inputs_) device_inputs_->upload(inputs);
+#endif
   const Tensor hidden = model_.forward(inputs);
 
   // Rows of hidden states whose logits are wanted, in execution order.
@@ -98,11 +109,17 @@ RunnerOutput ModelRunner::execute(const std::vector<ScheduledSequence>& batch,
     output.num_rows[i] = static_cast<int64_t>(rows.size()) - output.first_row[i];
     token += count;
   }
-  Tensor selected = Tensor::empty({static_cast<int64_t>(rows.size()), hidden.size(1)}, DType::kF32);
-  for (size_t r = 0; r < rows.size(); ++r) {
-    selected.select(0, static_cast<int64_t>(r)).copy_from(hidden.select(0, rows[r]));
+  const int64_t count = static_cast<int64_t>(rows.size());
+  Tensor selected;
+  if (count == token && std::is_sorted(rows.begin(), rows.end())) {
+    selected = hidden.narrow(0, 0, count);  // every row, as in a decode-only step
+  } else {
+    selected = Tensor::uninitialized({count, hidden.size(1)}, hidden.dtype(), hidden.device());
+    for (int64_t r = 0; r < count; ++r)
+      selected.select(0, r).copy_from(hidden.select(0, rows[r]));
   }
-  output.logits = model_.compute_logits(selected);
+  const Tensor logits = model_.compute_logits(selected);
+  output.logits = logits.device().is_cpu() ? logits : logits.to(Device::cpu());
   return output;
 }
 

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "engine/device_inputs.h"
 #include "kv/kv_cache_manager.h"
 #include "model/causal_lm.h"
 
@@ -18,7 +19,7 @@ struct ScheduledSequence {
 };
 
 struct RunnerOutput {
-  Tensor logits;                   // [rows, vocab]
+  Tensor logits;                   // [rows, vocab] f32 on the host
   std::vector<int64_t> first_row;  // per scheduled sequence (caller's order): its first logits row
   std::vector<int64_t> num_rows;   // and how many rows it has
 };
@@ -45,6 +46,7 @@ class ModelRunner {
   const KvCachePlan& plan_;
   KvCache layer_views_;  // the model's layers' views of the cache
   std::vector<int64_t> layer_groups_;
+  std::unique_ptr<DeviceInputs> device_inputs_;  // when the cache is on a GPU
 };
 
 }  // namespace pagoda

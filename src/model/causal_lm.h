@@ -12,6 +12,10 @@
 
 namespace pagoda {
 
+namespace cuda {
+class AttentionPlan;
+}
+
 // One step's inputs, built by the model runner once and read by every layer.
 struct ForwardBatch {
   std::vector<int32_t> token_ids;                      // [T]
@@ -19,6 +23,10 @@ struct ForwardBatch {
   std::vector<AttentionMetadata> group_metadata;       // per KV cache group
   const KvCache* kv_cache = nullptr;                   // per-layer cache views
   const std::vector<int64_t>* layer_groups = nullptr;  // attention layer -> its cache's group
+  // A model on a GPU also gets the ids and positions there, and each group's device metadata.
+  Tensor device_token_ids;                        // [T] int32
+  Tensor device_positions;                        // [T] int64
+  std::vector<cuda::AttentionPlan*> group_plans;  // per KV cache group
 };
 
 class CausalLm {

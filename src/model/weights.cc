@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "core/units.h"
+#include "ops/cpu/ops.h"
 
 namespace pagoda {
 namespace {
@@ -106,13 +107,30 @@ bool WeightSource::has(const std::string& name) const {
   return checkpoint_ && checkpoint_->contains(name);
 }
 
+Tensor WeightSource::place(Tensor tensor) const {
+  if (device_.is_cpu()) return tensor;
+  if (tensor.dtype() != DType::kBF16) {
+    const Tensor source = tensor.contiguous();
+    Tensor bf16 = Tensor::empty(source.shape(), DType::kBF16);
+    auto* dst = bf16.data<uint16_t>();
+    ThreadPool::global().parallel_for(source.numel(), [&](int64_t first, int64_t last) {
+      for (int64_t i = first; i < last; ++i) {
+        dst[i] = f32_to_bf16(
+            cpu::load_float(source.raw_data() + i * source.element_size(), source.dtype()));
+      }
+    });
+    tensor = std::move(bf16);
+  }
+  return tensor.to(device_);
+}
+
 Tensor WeightSource::get(const std::string& name, const Shape& shape) {
   if (used_.count(name) != 0) PAGODA_CHECK(false, "weight '{}' bound twice", name);
   used_.insert(name);
   if (!checkpoint_) {
     Tensor tensor = Tensor::empty(shape, dummy_dtype_);
     fill_dummy(tensor, name, seed_);
-    return tensor;
+    return place(std::move(tensor));
   }
   if (!checkpoint_->contains(name)) {
     fail("checkpoint is missing tensor '{}' (expected shape {})", name, shape);
@@ -129,7 +147,7 @@ Tensor WeightSource::get(const std::string& name, const Shape& shape) {
     touch_pages(tensor);
   }
   report_progress(tensor.numel() * tensor.element_size());
-  return tensor;
+  return place(std::move(tensor));
 }
 
 std::vector<std::string> WeightSource::unused() const {

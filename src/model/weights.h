@@ -23,9 +23,13 @@ class WeightSource {
   // Every tensor asked for is made with `dtype` and seeded uniform values.
   static WeightSource dummy(DType dtype, uint64_t seed);
 
-  // The tensor `name` with exactly `shape`, on the host in its stored dtype (f32, f16 or bf16),
-  // aligned to its element size. Throws Error naming the tensor when it is missing or shaped
-  // otherwise.
+  // Where get() puts tensors: the host (stored dtype), or a GPU (converted to bf16).
+  void set_device(Device device) { device_ = device; }
+  Device device() const { return device_; }
+
+  // The tensor `name` with exactly `shape`: on the host in its stored dtype (f32, f16 or bf16),
+  // aligned to its element size; or on the GPU set by set_device(), in bf16. Throws Error naming
+  // the tensor when it is missing or shaped otherwise.
   Tensor get(const std::string& name, const Shape& shape);
   // True when `name` exists (always false for dummy weights, so optional tensors are skipped).
   bool has(const std::string& name) const;
@@ -36,7 +40,9 @@ class WeightSource {
 
  private:
   void report_progress(int64_t bytes);
+  Tensor place(Tensor tensor) const;
 
+  Device device_ = Device::cpu();
   std::optional<Checkpoint> checkpoint_;
   DType dummy_dtype_ = DType::kBF16;
   uint64_t seed_ = 0;

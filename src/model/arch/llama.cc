@@ -3,6 +3,7 @@
 #include "model/arch/llama.h"
 
 #include "model/layers/rope_config.h"
+#include "ops/ops.h"
 
 namespace pagoda {
 
@@ -45,24 +46,28 @@ LlamaModel::LlamaModel(const ModelConfig& config, WeightSource& weights,
                  : weights.get("lm_head.weight", {vocab, hidden});
 }
 
+// Each residual add is fused with the norm that follows it (the next layer's input norm, or the
+// final norm).
 Tensor LlamaModel::forward(const ForwardBatch& batch) {
   const int64_t tokens = static_cast<int64_t>(batch.token_ids.size());
-  Tensor hidden = Tensor::empty({tokens, embed_tokens_.size(1)}, DType::kF32);
-  cpu::embedding(embed_tokens_, batch.token_ids, hidden);
-  Tensor normed = Tensor::empty(hidden.shape(), DType::kF32);
+  const Device device = embed_tokens_.device();
+  Tensor hidden =
+      Tensor::uninitialized({tokens, embed_tokens_.size(1)}, ops::activation_dtype(device), device);
+  ops::embedding(embed_tokens_, batch.token_ids, batch.device_token_ids, 1.0f, hidden);
+  Tensor normed = ops::like(hidden, hidden.shape());
+  layers_[0].input_norm.apply(hidden, normed);
   for (size_t i = 0; i < layers_.size(); ++i) {
     const Layer& layer = layers_[i];
-    layer.input_norm.apply(hidden, normed);
-    cpu::add_in_place(hidden, layer.attention->forward(normed, batch, static_cast<int64_t>(i)));
-    layer.post_attention_norm.apply(hidden, normed);
-    cpu::add_in_place(hidden, layer.mlp.forward(normed));
+    const Tensor attended = layer.attention->forward(normed, batch, static_cast<int64_t>(i));
+    layer.post_attention_norm.add_apply(hidden, attended, normed);
+    const Tensor mlp = layer.mlp.forward(normed);
+    (i + 1 < layers_.size() ? layers_[i + 1].input_norm : norm_).add_apply(hidden, mlp, normed);
   }
-  norm_.apply(hidden, hidden);
-  return hidden;
+  return normed;
 }
 
 Tensor LlamaModel::compute_logits(const Tensor& hidden) {
-  return project(hidden, lm_head_);
+  return ops::linear(hidden, lm_head_, DType::kF32);
 }
 
 std::unique_ptr<CausalLm> build_llama(const ModelConfig& config, WeightSource& weights) {

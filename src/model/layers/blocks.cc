@@ -2,14 +2,13 @@
 
 #include <cmath>
 
-#include "ops/cpu/matmul.h"
+#include "attention/paged_attention.h"
+#include "ops/ops.h"
 
 namespace pagoda {
 
 Tensor project(const Tensor& x, const Tensor& weight) {
-  Tensor out = Tensor::empty({x.size(0), weight.size(0)}, DType::kF32);
-  cpu::linear(x, weight, out);
-  return out;
+  return ops::linear(x, weight);
 }
 
 Tensor mix_experts(const Tensor& x, const ExpertChoices& chosen, int64_t num_experts,
@@ -49,19 +48,50 @@ RmsNorm RmsNorm::load(WeightSource& weights, const std::string& name, int64_t di
 }
 
 void RmsNorm::apply(const Tensor& x, const Tensor& out) const {
-  cpu::rms_norm(x, weight, eps, weight_offset, out);
+  ops::rms_norm(x, weight, eps, weight_offset, out);
+}
+
+void RmsNorm::add_apply(const Tensor& residual, const Tensor& x, const Tensor& out) const {
+  ops::add_rms_norm(residual, x, weight, eps, weight_offset, out);
+}
+
+Tensor stack_rows(const std::vector<Tensor>& weights) {
+  int64_t rows = 0;
+  for (const Tensor& w : weights)
+    rows += w.size(0);
+  Tensor stacked =
+      Tensor::uninitialized({rows, weights[0].size(1)}, weights[0].dtype(), weights[0].device());
+  int64_t row = 0;
+  for (const Tensor& w : weights) {
+    stacked.narrow(0, row, w.size(0)).copy_from(w);
+    row += w.size(0);
+  }
+  return stacked;
 }
 
 GatedMlp GatedMlp::load(WeightSource& weights, const std::string& prefix, int64_t hidden,
                         int64_t inner, cpu::Activation activation) {
-  return GatedMlp{weights.get(prefix + ".gate_proj.weight", {inner, hidden}),
-                  weights.get(prefix + ".up_proj.weight", {inner, hidden}),
-                  weights.get(prefix + ".down_proj.weight", {hidden, inner}), activation};
+  GatedMlp mlp{weights.get(prefix + ".gate_proj.weight", {inner, hidden}),
+               weights.get(prefix + ".up_proj.weight", {inner, hidden}),
+               weights.get(prefix + ".down_proj.weight", {hidden, inner}), activation};
+  if (!weights.device().is_cpu()) {
+    mlp.gate_up = stack_rows({mlp.gate, mlp.up});
+    mlp.gate = mlp.gate_up.narrow(0, 0, inner);
+    mlp.up = mlp.gate_up.narrow(0, inner, inner);
+  }
+  return mlp;
 }
 
 Tensor GatedMlp::forward(const Tensor& x) const {
+  if (gate_up.defined()) {
+    const int64_t inner = gate.size(0);
+    const Tensor both = project(x, gate_up);
+    Tensor out = ops::like(x, {x.size(0), inner});
+    ops::gated_activation(activation, both.narrow(1, 0, inner), both.narrow(1, inner, inner), out);
+    return project(out, down);
+  }
   Tensor gate_out = project(x, gate);
-  cpu::gated_activation(activation, gate_out, project(x, up), gate_out);
+  ops::gated_activation(activation, gate_out, project(x, up), gate_out);
   return project(gate_out, down);
 }
 
@@ -101,18 +131,36 @@ SelfAttention::SelfAttention(WeightSource& weights, const std::string& prefix, i
   }
   inverse_frequencies_ = rope_inverse_frequencies(rope);
   rotary_dim_ = rope.rotary_dim;
+  if (!weights.device().is_cpu()) {
+    if (owns_kv_ && !options.k_eq_v && !options.qk_norm) {
+      qkv_proj_ = stack_rows({q_proj_, k_proj_, v_proj_});
+    }
+    // The GPU kernels read f32 frequencies and sinks from device memory.
+    auto upload = [&](const std::vector<float>& values) {
+      Tensor host = Tensor::empty({static_cast<int64_t>(values.size())}, DType::kF32);
+      std::copy(values.begin(), values.end(), host.data<float>());
+      return host.to(weights.device());
+    };
+    device_frequencies_ = upload(inverse_frequencies_);
+    if (!sinks_.empty()) device_sinks_ = upload(sinks_);
+  }
 }
 
 Tensor SelfAttention::forward(const Tensor& x, const ForwardBatch& batch,
                               int64_t layer_index) const {
   const int64_t tokens = x.size(0);
   const AttentionLayerParams& p = params_;
+  auto rotate = [&](const Tensor& t) {
+    ops::rope(inverse_frequencies_, device_frequencies_, rotary_dim_, batch.positions,
+              batch.device_positions, t);
+  };
+  if (qkv_proj_.defined()) return forward_fused(x, batch, layer_index);
   Tensor q = project(x, q_proj_).view({tokens, p.num_q_heads, p.head_size_k});
   if (q_norm_) {
     const Tensor rows = q.view({tokens * p.num_q_heads, p.head_size_k});
     q_norm_->apply(rows, rows);
   }
-  apply_rope_cpu(inverse_frequencies_, rotary_dim_, batch.positions, q);
+  rotate(q);
   Tensor k;
   Tensor v;
   if (owns_kv_) {
@@ -125,23 +173,52 @@ Tensor SelfAttention::forward(const Tensor& x, const ForwardBatch& batch,
       const Tensor rows = k.view({tokens * p.num_kv_heads, p.head_size_k});
       k_norm_->apply(rows, rows);
     }
-    if (options_.value_scale != 1.0f) {
-      float* data = v.data<float>();
-      for (int64_t i = 0; i < v.numel(); ++i)
-        data[i] *= options_.value_scale;
-    }
+    if (options_.value_scale != 1.0f) ops::scale_in_place(v, options_.value_scale);
     if (options_.v_norm) {
       const Tensor rows = v.view({tokens * p.num_kv_heads, p.head_size_v});
-      cpu::rms_norm(rows, Tensor(), options_.norm_eps, 0.0f, rows);
+      ops::rms_norm(rows, Tensor(), options_.norm_eps, 0.0f, rows);
     }
-    apply_rope_cpu(inverse_frequencies_, rotary_dim_, batch.positions, k);
+    rotate(k);
   }
-  Tensor attended = Tensor::empty({tokens, p.num_q_heads * p.head_size_v}, DType::kF32);
+  return attend(x, q, k, v, batch, layer_index);
+}
+
+// One GEMM for q, k and v; strided views of its output feed RoPE and attention.
+Tensor SelfAttention::forward_fused(const Tensor& x, const ForwardBatch& batch,
+                                    int64_t layer_index) const {
+  const int64_t tokens = x.size(0);
+  const AttentionLayerParams& p = params_;
+  const Tensor qkv = project(x, qkv_proj_);
+  const int64_t row = qkv.size(1);
+  const int64_t q_size = p.num_q_heads * p.head_size_k;
+  const int64_t k_size = p.num_kv_heads * p.head_size_k;
+  const Tensor q =
+      qkv.as_strided({tokens, p.num_q_heads, p.head_size_k}, {row, p.head_size_k, 1}, 0);
+  const Tensor k =
+      qkv.as_strided({tokens, p.num_kv_heads, p.head_size_k}, {row, p.head_size_k, 1}, q_size);
+  Tensor v = qkv.as_strided({tokens, p.num_kv_heads, p.head_size_v}, {row, p.head_size_v, 1},
+                            q_size + k_size);
+  if (options_.value_scale != 1.0f) {
+    v = v.contiguous();
+    ops::scale_in_place(v, options_.value_scale);
+  }
+  for (const Tensor* t : {&q, &k}) {
+    ops::rope(inverse_frequencies_, device_frequencies_, rotary_dim_, batch.positions,
+              batch.device_positions, *t);
+  }
+  return attend(x, q, k, v, batch, layer_index);
+}
+
+Tensor SelfAttention::attend(const Tensor& x, const Tensor& q, const Tensor& k, const Tensor& v,
+                             const ForwardBatch& batch, int64_t layer_index) const {
+  const AttentionLayerParams& p = params_;
+  Tensor attended = ops::like(x, {x.size(0), p.num_q_heads * p.head_size_v});
   const int64_t group = (*batch.layer_groups)[layer_index];
   AttentionLayerParams params = p;
   if (!sinks_.empty()) params.sinks = sinks_.data();
-  cpu_paged_attention(params, q, k, v, batch.kv_cache->views[layer_index],
-                      batch.group_metadata[group], attended);
+  paged_attention(params, device_sinks_, q, k, v, batch.kv_cache->views[layer_index],
+                  batch.group_metadata[group],
+                  batch.group_plans.empty() ? nullptr : batch.group_plans[group], attended);
   return project(attended, o_proj_);
 }
 

@@ -22,6 +22,8 @@ struct RmsNorm {
                       float weight_offset = 0.0f);
   // Normalises rows of x [rows, dim] into out (may alias x).
   void apply(const Tensor& x, const Tensor& out) const;
+  // residual += x, then normalises residual into out.
+  void add_apply(const Tensor& residual, const Tensor& x, const Tensor& out) const;
 };
 
 // down(act(gate(x)) * up(x)).
@@ -30,6 +32,7 @@ struct GatedMlp {
   Tensor up;    // [inner, hidden]
   Tensor down;  // [hidden, inner]
   cpu::Activation activation = cpu::Activation::kSilu;
+  Tensor gate_up;  // [2 * inner, hidden]: gate then up in one GEMM, for a model on a GPU
 
   // Reads <prefix>.gate_proj.weight, up_proj and down_proj.
   static GatedMlp load(WeightSource& weights, const std::string& prefix, int64_t hidden,
@@ -37,6 +40,9 @@ struct GatedMlp {
   // x: [T, hidden] -> [T, hidden].
   Tensor forward(const Tensor& x) const;
 };
+
+// Rows [a; b] of two device weights in one tensor, so one GEMM computes both products.
+Tensor stack_rows(const std::vector<Tensor>& weights);
 
 struct SelfAttentionOptions {
   bool qk_norm = false;        // RMSNorm over each head's q and k before RoPE (Qwen3, Gemma 4)
@@ -62,14 +68,22 @@ class SelfAttention {
   Tensor forward(const Tensor& x, const ForwardBatch& batch, int64_t layer_index) const;
 
  private:
+  Tensor forward_fused(const Tensor& x, const ForwardBatch& batch, int64_t layer_index) const;
+  // Attention of q/k/v over the layer's cache, then the output projection.
+  Tensor attend(const Tensor& x, const Tensor& q, const Tensor& k, const Tensor& v,
+                const ForwardBatch& batch, int64_t layer_index) const;
+
   AttentionLayerParams params_;
   SelfAttentionOptions options_;
   bool owns_kv_ = true;
   Tensor q_proj_, k_proj_, v_proj_, o_proj_;
+  Tensor qkv_proj_;  // [q + k + v, hidden] on a GPU when no per-head norm needs q, k apart
   std::optional<RmsNorm> q_norm_, k_norm_;
   std::vector<float> sinks_;  // [num_q_heads] when options_.sinks
   std::vector<float> inverse_frequencies_;
   int64_t rotary_dim_ = 0;
+  Tensor device_frequencies_;  // [rotary_dim / 2] f32, for a model on a GPU
+  Tensor device_sinks_;        // [num_q_heads] f32, likewise
 };
 
 // For each token, the experts routed to and their weights.
