@@ -1,4 +1,5 @@
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 
 #include "attention/cuda/attention_plan.h"
@@ -6,6 +7,8 @@
 
 namespace pagoda::cuda {
 namespace {
+
+std::atomic<int64_t> reallocations{0};
 
 int64_t round_up(int64_t value, int64_t multiple) {
   return (value + multiple - 1) / multiple * multiple;
@@ -58,9 +61,13 @@ AttentionPlan::AttentionPlan(int64_t max_seqs, int64_t max_tokens, int64_t max_b
 
 AttentionPlan::~AttentionPlan() = default;
 
-void AttentionPlan::update(const AttentionMetadata& metadata) {
-  const int64_t seqs = metadata.num_seqs();
-  const int64_t tokens = metadata.num_actual_tokens;
+void AttentionPlan::update(const AttentionMetadata& metadata, int64_t padding_seqs) {
+  PAGODA_CHECK(padding_seqs == 0 || metadata.num_decode_tokens == metadata.num_seqs(),
+               "only a decode-only step is padded");
+  const int64_t real_seqs = metadata.num_seqs();
+  const int64_t real_tokens = metadata.num_actual_tokens;
+  const int64_t seqs = real_seqs + padding_seqs;
+  const int64_t tokens = real_tokens + padding_seqs;
   if (seqs > max_seqs_ || tokens > max_tokens_) {
     fail("a step of {} sequences and {} tokens exceeds the attention plan's {} and {}", seqs,
          tokens, max_seqs_, max_tokens_);
@@ -79,7 +86,7 @@ void AttentionPlan::update(const AttentionMetadata& metadata) {
   max_prefill_query_len_ = 0;
   max_seq_len_ = 0;
   int64_t max_blocks = 1;
-  for (int64_t s = 0; s < seqs; ++s) {
+  for (int64_t s = 0; s < real_seqs; ++s) {
     const int64_t query_len = metadata.query_start[s + 1] - metadata.query_start[s];
     if (s < metadata.num_decode_tokens) {
       ++num_decode_seqs_;
@@ -93,14 +100,23 @@ void AttentionPlan::update(const AttentionMetadata& metadata) {
     fail("a sequence of {} tokens needs {} blocks; the attention plan holds {}", max_seq_len_,
          max_blocks, max_blocks_per_seq_);
   }
-  for (int64_t s = 0; s <= seqs; ++s)
+  for (int64_t s = 0; s <= real_seqs; ++s)
     query_start[s] = static_cast<int32_t>(metadata.query_start[s]);
-  for (int64_t s = 0; s < seqs; ++s) {
+  for (int64_t s = 0; s < real_seqs; ++s) {
     seq_lens[s] = static_cast<int32_t>(metadata.seq_lens[s]);
     const int64_t blocks = (metadata.seq_lens[s] + block_size_ - 1) / block_size_;
     std::memcpy(table + s * max_blocks_per_seq_, metadata.blocks_of(s), blocks * 4);
   }
-  std::memcpy(slots, metadata.slot_mapping.data(), tokens * 8);
+  std::memcpy(slots, metadata.slot_mapping.data(), real_tokens * 8);
+  // Padding sequences: one token each over one key in the null block, written nowhere.
+  for (int64_t s = real_seqs; s < seqs; ++s) {
+    query_start[s + 1] = query_start[s] + 1;
+    seq_lens[s] = 1;
+    table[s * max_blocks_per_seq_] = 0;
+    slots[real_tokens + (s - real_seqs)] = -1;
+  }
+  num_decode_seqs_ += padding_seqs;
+  max_seq_len_ = std::max<int64_t>(max_seq_len_, padding_seqs > 0 ? 1 : 0);
 
   const cudaStream_t s = stream();
   PAGODA_CUDA_CHECK(
@@ -111,6 +127,10 @@ void AttentionPlan::update(const AttentionMetadata& metadata) {
                                         pitch, max_blocks * 4, seqs, cudaMemcpyHostToDevice, s));
   }
   PAGODA_CUDA_CHECK(cudaEventRecord(b.uploaded, s));
+}
+
+int64_t AttentionPlan::scratch_generation() {
+  return reallocations.load();
 }
 
 const int32_t* AttentionPlan::query_start() const {
@@ -136,6 +156,8 @@ float* AttentionPlan::partials(int64_t floats) {
     PAGODA_CUDA_CHECK(cudaStreamSynchronize(stream()));
     cudaFree(b.partials);
     b.partials = nullptr;
+    ++reallocations;
+    floats *= 2;  // room to grow, so graphs captured over the scratch stay valid longer
     PAGODA_CUDA_CHECK(cudaMalloc(&b.partials, floats * sizeof(float)));
     b.partial_floats = floats;
   }
@@ -149,6 +171,8 @@ int32_t* AttentionPlan::counters(int64_t count) {
     PAGODA_CUDA_CHECK(cudaStreamSynchronize(stream()));
     cudaFree(b.counters);
     b.counters = nullptr;
+    ++reallocations;
+    count *= 2;
     PAGODA_CUDA_CHECK(cudaMalloc(&b.counters, count * sizeof(int32_t)));
     // Kernels leave every counter at zero when they finish.
     PAGODA_CUDA_CHECK(cudaMemset(b.counters, 0, count * sizeof(int32_t)));

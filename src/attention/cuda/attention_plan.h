@@ -21,9 +21,11 @@ class AttentionPlan {
   AttentionPlan(const AttentionPlan&) = delete;
   AttentionPlan& operator=(const AttentionPlan&) = delete;
 
-  // Copies the step's metadata to the device (asynchronously on cuda::stream()). Throws Error when
-  // the step exceeds the sizes given at construction.
-  void update(const AttentionMetadata& metadata);
+  // Copies the step's metadata to the device (asynchronously on cuda::stream()). A decode-only
+  // step may add `padding_seqs` sequences of one token over the null block, written nowhere, to
+  // reach a captured batch size. Throws Error when the step exceeds the sizes given at
+  // construction.
+  void update(const AttentionMetadata& metadata, int64_t padding_seqs = 0);
 
   // Device arrays of the current step.
   const int32_t* query_start() const;   // [num_seqs + 1]
@@ -48,6 +50,9 @@ class AttentionPlan {
   // counters. Grows (outside graph capture only) and keeps its contents' zero invariant.
   float* partials(int64_t floats);
   int32_t* counters(int64_t count);
+  // Counts reallocations of any plan's scratch: a graph captured before one must be captured
+  // again.
+  static int64_t scratch_generation();
 
  private:
   struct Buffers;

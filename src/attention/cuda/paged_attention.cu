@@ -53,7 +53,8 @@ struct Args {
   float softcap;  // 0: none
   int window;     // 0: full attention
   int num_kv_heads;
-  int group;  // query heads per KV head
+  int group;        // query heads per KV head
+  int head_size_k;  // K's width; the kernel's kDk may be wider, the rest zero
   int block_size;
   int block_shift;  // log2(block_size) when a power of two, else -1
   const int32_t* query_start;
@@ -192,8 +193,9 @@ __device__ __forceinline__ void load_paired_rows(const Args& a, const TableWindo
 template <int kDim>
 __device__ __forceinline__ void load_rows(const Args& a, const PagedTensor& t,
                                           const TableWindow& window, int kv_head, int first,
-                                          int end, bf16* stage) {
+                                          int end, int width, bf16* stage) {
   constexpr int kPieces = kDim / 8;
+  const int used_pieces = width / 8;  // pieces past the row's width are zero
   constexpr int kStride = kDim + 8;
   if constexpr (kThreads % kPieces == 0) {
     constexpr int kKeyStep = kThreads / kPieces;
@@ -203,7 +205,7 @@ __device__ __forceinline__ void load_rows(const Args& a, const PagedTensor& t,
     for (int j = 0; j < kChunk / kKeyStep; ++j) {
       const int key = key0 + j * kKeyStep;
       const int pos = first + key;
-      const bool valid = pos < end;
+      const bool valid = pos < end && piece < used_pieces;
       const bf16* src =
           valid ? t.base + row_offset(a, t, window, pos, kv_head) + piece * 8 : t.base;
       copy_16(stage + key * kStride + piece * 8, src, valid);
@@ -214,7 +216,7 @@ __device__ __forceinline__ void load_rows(const Args& a, const PagedTensor& t,
       const int key = i / kPieces;
       const int piece = i % kPieces;
       const int pos = first + key;
-      const bool valid = pos < end;
+      const bool valid = pos < end && piece < used_pieces;
       const bf16* src =
           valid ? t.base + row_offset(a, t, window, pos, kv_head) + piece * 8 : t.base;
       copy_16(stage + key * kStride + piece * 8, src, valid);
@@ -233,14 +235,14 @@ __device__ void load_chunk(const Args& a, int seq, int kv_head, int first, int e
     fill_window(a, seq, first / a.block_size, window);
   }
   if constexpr (kDk == kDv && kThreads % (kDk / 8) == 0) {
-    if (a.k.block_stride == a.v.block_stride && a.k.token_stride == a.v.token_stride &&
-        a.k.head_stride == a.v.head_stride) {
+    if (a.head_size_k == kDk && a.k.block_stride == a.v.block_stride &&
+        a.k.token_stride == a.v.token_stride && a.k.head_stride == a.v.head_stride) {
       load_paired_rows<kDk>(a, window, kv_head, first, end, k_stage, v_stage);
       return;
     }
   }
-  load_rows<kDk>(a, a.k, window, kv_head, first, end, k_stage);
-  load_rows<kDv>(a, a.v, window, kv_head, first, end, v_stage);
+  load_rows<kDk>(a, a.k, window, kv_head, first, end, a.head_size_k, k_stage);
+  load_rows<kDv>(a, a.v, window, kv_head, first, end, kDv, v_stage);
 }
 
 template <int kDk, int kDv, int kRowTiles, int kStages>
@@ -270,11 +272,11 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(const Args a) {
     const int piece = i % (kDk / 8);
     const int row = row_begin + r;
     const bf16* src = a.q;
-    if (r < rows_here) {
+    if (r < rows_here && piece * 8 < a.head_size_k) {
       src += (q_begin + row / a.group) * a.q_token_stride +
              (kv_head * a.group + row % a.group) * a.q_head_stride + piece * 8;
     }
-    copy_16(q_s + r * S::kKStride + piece * 8, src, r < rows_here);
+    copy_16(q_s + r * S::kKStride + piece * 8, src, r < rows_here && piece * 8 < a.head_size_k);
   }
 
   // Keys this CTA reads: up to its last row's position, from the first row's window start.
@@ -587,6 +589,9 @@ struct Kernel {
 // Calls body(Kernel<...>{}) for the instantiation of these head sizes.
 template <int kRowTiles, int kStages, typename Body>
 void with_kernel(int64_t dk, int64_t dv, Body&& body) {
+  if (dk == 16 && dv == 16) return body(Kernel<16, 16, kRowTiles, kStages>{});
+  if (dk == 24 && dv == 16) return body(Kernel<32, 16, kRowTiles, kStages>{});  // K padded
+  if (dk == 32 && dv == 32) return body(Kernel<32, 32, kRowTiles, kStages>{});
   if (dk == 64 && dv == 64) return body(Kernel<64, 64, kRowTiles, kStages>{});
   if (dk == 128 && dv == 128) return body(Kernel<128, 128, kRowTiles, kStages>{});
   if (dk == 256 && dv == 256) return body(Kernel<256, 256, kRowTiles, kStages>{});
@@ -616,9 +621,10 @@ int64_t decode_splits_for(int64_t head_size_k, int64_t head_size_v, int64_t pair
 }
 
 bool paged_attention_supports(int64_t head_size_k, int64_t head_size_v, int64_t q_per_kv) {
-  const bool sizes = (head_size_k == head_size_v &&
-                      (head_size_k == 64 || head_size_k == 128 || head_size_k == 256)) ||
-                     (head_size_k == 192 && head_size_v == 128);
+  const int64_t k = head_size_k;
+  const bool sizes =
+      (k == head_size_v && (k == 16 || k == 32 || k == 64 || k == 128 || k == 256)) ||
+      (k == 192 && head_size_v == 128) || (k == 24 && head_size_v == 16);
   return sizes && q_per_kv >= 1 && q_per_kv <= 64;
 }
 
@@ -673,6 +679,7 @@ void paged_attention(const AttentionLayerParams& params, const Tensor& query, co
   args.window = static_cast<int>(params.sliding_window);
   args.num_kv_heads = static_cast<int>(hkv);
   args.group = static_cast<int>(hq / hkv);
+  args.head_size_k = static_cast<int>(dk);
   args.block_size = static_cast<int>(plan.block_size());
   args.block_shift = std::has_single_bit(static_cast<uint64_t>(plan.block_size()))
                          ? std::countr_zero(static_cast<uint64_t>(plan.block_size()))

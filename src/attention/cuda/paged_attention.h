@@ -1,7 +1,7 @@
 // CUDA paged attention (DESIGN.md §4): KV writes through the slot mapping, then one tensor-core
 // kernel for decode and prefill rows. Pages are addressed through runtime block, token and head
 // strides, so NHD, HND and padded pages all work. Requires a bf16 cache, bf16 queries, and head
-// sizes (K, V) of (64, 64), (128, 128), (256, 256) or (192, 128).
+// sizes (K, V) of (16, 16), (32, 32), (64, 64), (128, 128), (256, 256), (192, 128) or (24, 16).
 #pragma once
 
 #include <cstdint>
