@@ -36,6 +36,9 @@ class CausalLm {
   virtual Tensor forward(const ForwardBatch& batch) = 0;
   // Logits [rows, vocab] f32 of the given hidden rows [rows, hidden].
   virtual Tensor compute_logits(const Tensor& hidden) = 0;
+  // True when forward() waits on the host mid-step (MoE routing runs there), so a CUDA graph
+  // cannot be captured over it.
+  virtual bool synchronizes_with_host() const { return false; }
 };
 
 // Builds the architecture named in `config` with weights from `weights`. Throws Error naming the

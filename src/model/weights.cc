@@ -108,7 +108,7 @@ bool WeightSource::has(const std::string& name) const {
 }
 
 Tensor WeightSource::place(Tensor tensor) const {
-  if (device_.is_cpu()) return tensor;
+  if (device_.is_cpu() && !host_bf16_) return tensor;
   if (tensor.dtype() != DType::kBF16) {
     const Tensor source = tensor.contiguous();
     Tensor bf16 = Tensor::empty(source.shape(), DType::kBF16);
@@ -121,7 +121,7 @@ Tensor WeightSource::place(Tensor tensor) const {
     });
     tensor = std::move(bf16);
   }
-  return tensor.to(device_);
+  return device_.is_cpu() ? tensor : tensor.to(device_);
 }
 
 Tensor WeightSource::get(const std::string& name, const Shape& shape) {

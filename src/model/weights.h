@@ -26,6 +26,8 @@ class WeightSource {
   // Where get() puts tensors: the host (stored dtype), or a GPU (converted to bf16).
   void set_device(Device device) { device_ = device; }
   Device device() const { return device_; }
+  // Rounds host tensors to bf16 as a GPU's would be (to compare the two paths on equal weights).
+  void round_to_bf16_on_host() { host_bf16_ = true; }
 
   // The tensor `name` with exactly `shape`: on the host in its stored dtype (f32, f16 or bf16),
   // aligned to its element size; or on the GPU set by set_device(), in bf16. Throws Error naming
@@ -43,6 +45,7 @@ class WeightSource {
   Tensor place(Tensor tensor) const;
 
   Device device_ = Device::cpu();
+  bool host_bf16_ = false;
   std::optional<Checkpoint> checkpoint_;
   DType dummy_dtype_ = DType::kBF16;
   uint64_t seed_ = 0;

@@ -10,6 +10,7 @@
 #include "model/arch/gemma4.h"
 #include "model/layers/rope_config.h"
 #include "ops/cpu/matmul.h"
+#include "ops/ops.h"
 
 namespace pagoda {
 namespace {
@@ -21,15 +22,8 @@ float round_to(DType dtype, float value) {
   return cpu::load_float(bytes, dtype);
 }
 
-void scale_in_place(const Tensor& x, float factor) {
-  float* data = x.data<float>();
-  for (int64_t i = 0; i < x.numel(); ++i)
-    data[i] *= factor;
-}
-
 float read_scalar(WeightSource& weights, const std::string& name) {
-  const Tensor t = weights.get(name, {1});
-  return cpu::load_float(t.raw_data(), t.dtype());
+  return cpu::to_floats(weights.get(name, {1}))[0];
 }
 
 }  // namespace
@@ -121,20 +115,29 @@ Gemma4Model::Moe Gemma4Model::load_moe(WeightSource& weights, const ConfigReader
   const int64_t top_k = text.positive("top_k_experts");
   const int64_t inner = text.positive("moe_intermediate_size");
   if (top_k > experts) text.fail_field("top_k_experts", "is larger than num_experts");
-  return Moe{.router = weights.get(layer + ".router.proj.weight", {experts, hidden}),
-             .router_scale = cpu::to_floats(weights.get(layer + ".router.scale", {hidden})),
-             .per_expert_scale =
-                 cpu::to_floats(weights.get(layer + ".router.per_expert_scale", {experts})),
-             .gate_up = weights.get(layer + ".experts.gate_up_proj", {experts, 2 * inner, hidden}),
-             .down = weights.get(layer + ".experts.down_proj", {experts, hidden, inner}),
-             .pre_norm =
-                 RmsNorm::load(weights, layer + ".pre_feedforward_layernorm_2.weight", hidden, eps),
-             .post_mlp_norm = RmsNorm::load(weights, layer + ".post_feedforward_layernorm_1.weight",
-                                            hidden, eps),
-             .post_experts_norm = RmsNorm::load(
-                 weights, layer + ".post_feedforward_layernorm_2.weight", hidden, eps),
-             .top_k = top_k,
-             .eps = eps};
+  Moe moe{.router = weights.get(layer + ".router.proj.weight", {experts, hidden}),
+          .router_scale = cpu::to_floats(weights.get(layer + ".router.scale", {hidden})),
+          .per_expert_scale =
+              cpu::to_floats(weights.get(layer + ".router.per_expert_scale", {experts})),
+          .gate_up = weights.get(layer + ".experts.gate_up_proj", {experts, 2 * inner, hidden}),
+          .down = weights.get(layer + ".experts.down_proj", {experts, hidden, inner}),
+          .pre_norm =
+              RmsNorm::load(weights, layer + ".pre_feedforward_layernorm_2.weight", hidden, eps),
+          .post_mlp_norm =
+              RmsNorm::load(weights, layer + ".post_feedforward_layernorm_1.weight", hidden, eps),
+          .post_experts_norm =
+              RmsNorm::load(weights, layer + ".post_feedforward_layernorm_2.weight", hidden, eps),
+          .top_k = top_k,
+          .eps = eps};
+  if (!weights.device().is_cpu()) {
+    // On a GPU the router's scale and hidden^-0.5 become the weight of its norm.
+    Tensor scale = Tensor::empty({hidden}, DType::kF32);
+    const float root = 1.0f / std::sqrt(static_cast<float>(hidden));
+    for (int64_t h = 0; h < hidden; ++h)
+      scale.data<float>()[h] = moe.router_scale[h] * root;
+    moe.router_norm_weight = scale.to(weights.device());
+  }
+  return moe;
 }
 
 // Router on the raw residual: a weightless norm, a learned per-channel scale and hidden^-0.5, a
@@ -145,16 +148,21 @@ Tensor Gemma4Model::run_moe(const Moe& moe, const Tensor& residual) const {
   const int64_t hidden = residual.size(1);
   const int64_t experts = moe.router.size(0);
   const int64_t inner = moe.down.size(2);
-  Tensor z = Tensor::empty(residual.shape(), DType::kF32);
-  cpu::rms_norm(residual, Tensor(), moe.eps, 0.0f, z);
-  const float root = 1.0f / std::sqrt(static_cast<float>(hidden));
-  for (int64_t t = 0; t < tokens; ++t) {
-    for (int64_t h = 0; h < hidden; ++h) {
-      float& value = z.data<float>()[t * hidden + h];
-      value = value * moe.router_scale[h] * root;
+  Tensor z = ops::like(residual, residual.shape());
+  if (residual.device().is_cpu()) {
+    cpu::rms_norm(residual, Tensor(), moe.eps, 0.0f, z);
+    const float root = 1.0f / std::sqrt(static_cast<float>(hidden));
+    for (int64_t t = 0; t < tokens; ++t) {
+      for (int64_t h = 0; h < hidden; ++h) {
+        float& value = z.data<float>()[t * hidden + h];
+        value = value * moe.router_scale[h] * root;
+      }
     }
+  } else {
+    ops::rms_norm(residual, moe.router_norm_weight, moe.eps, 0.0f, z);
   }
-  const Tensor logits = project(z, moe.router);
+  // Routing runs on the host.
+  const Tensor logits = ops::linear(z, moe.router, DType::kF32).to(Device::cpu());
   // Per token: the chosen experts and their weights.
   ExpertChoices chosen(tokens);
   for (int64_t t = 0; t < tokens; ++t) {
@@ -179,44 +187,48 @@ Tensor Gemma4Model::run_moe(const Moe& moe, const Tensor& residual) const {
       chosen[t].push_back({e, p[e] / sum / kept * moe.per_expert_scale[e]});
     }
   }
-  Tensor xe = Tensor::empty(residual.shape(), DType::kF32);
+  Tensor xe = ops::like(residual, residual.shape());
   moe.pre_norm.apply(residual, xe);
   return mix_experts(xe, chosen, experts, [&](int64_t e, const Tensor& rows) {
     const Tensor gate_up = moe.gate_up.select(0, e);
     const Tensor gate = project(rows, gate_up.narrow(0, 0, inner));
-    cpu::gated_activation(cpu::Activation::kGeluTanh, gate,
+    ops::gated_activation(Activation::kGeluTanh, gate,
                           project(rows, gate_up.narrow(0, inner, inner)), gate);
     return project(gate, moe.down.select(0, e));
   });
 }
 
-Tensor Gemma4Model::per_layer_inputs(const std::vector<int32_t>& ids, const Tensor& x0) const {
+Tensor Gemma4Model::per_layer_inputs(const std::vector<int32_t>& ids, const Tensor& device_ids,
+                                     const Tensor& x0) const {
   const int64_t tokens = x0.size(0);
   const int64_t num_layers = static_cast<int64_t>(layers_.size());
   // Token part: the per-layer table, scaled by sqrt(P).
-  Tensor token_part = Tensor::empty({tokens, num_layers * ple_size_}, DType::kF32);
-  cpu::embedding(ple_table_, ids, token_part);
-  scale_in_place(token_part, ple_scale_);
+  Tensor token_part = ops::like(x0, {tokens, num_layers * ple_size_});
+  ops::embedding(ple_table_, ids, device_ids, 1.0f, token_part);
+  ops::scale_in_place(token_part, ple_scale_);
   // Context part: a projection of the scaled embeddings, normed per layer.
   Tensor context = project(x0, ple_projection_);
-  scale_in_place(context, 1.0f / std::sqrt(static_cast<float>(x0.size(1))));
+  ops::scale_in_place(context, 1.0f / std::sqrt(static_cast<float>(x0.size(1))));
   const Tensor rows = context.view({tokens * num_layers, ple_size_});
   ple_norm_.apply(rows, rows);
-  cpu::add_in_place(context, token_part);
-  scale_in_place(context, 1.0f / std::sqrt(2.0f));
+  ops::add_in_place(context, token_part);
+  ops::scale_in_place(context, 1.0f / std::sqrt(2.0f));
   return context;
 }
 
-Tensor Gemma4Model::embed(const std::vector<int32_t>& ids) const {
-  Tensor x = Tensor::empty({static_cast<int64_t>(ids.size()), embed_tokens_.size(1)}, DType::kF32);
-  cpu::embedding(embed_tokens_, ids, x);
-  scale_in_place(x, embed_scale_);
+Tensor Gemma4Model::embed(const std::vector<int32_t>& ids, const Tensor& device_ids) const {
+  const Device device = embed_tokens_.device();
+  Tensor x = Tensor::uninitialized({static_cast<int64_t>(ids.size()), embed_tokens_.size(1)},
+                                   ops::activation_dtype(device), device);
+  ops::embedding(embed_tokens_, ids, device_ids, 1.0f, x);
+  ops::scale_in_place(x, embed_scale_);
   return x;
 }
 
 Tensor Gemma4Model::forward(const ForwardBatch& batch) {
-  const Tensor x = embed(batch.token_ids);
-  const Tensor ple = ple_size_ > 0 ? per_layer_inputs(batch.token_ids, x) : Tensor();
+  const Tensor x = embed(batch.token_ids, batch.device_token_ids);
+  const Tensor ple =
+      ple_size_ > 0 ? per_layer_inputs(batch.token_ids, batch.device_token_ids, x) : Tensor();
   return run_layers(x, ple, batch);
 }
 
@@ -224,13 +236,13 @@ Tensor Gemma4Model::run_layers(const Tensor& input, const Tensor& ple,
                                const ForwardBatch& batch) const {
   PAGODA_CHECK(ple.defined() == (ple_size_ > 0), "per-layer inputs given to a model without them");
   Tensor x = input.clone();
-  Tensor normed = Tensor::empty(x.shape(), DType::kF32);
+  Tensor normed = ops::like(x, x.shape());
   for (size_t i = 0; i < layers_.size(); ++i) {
     const Layer& layer = layers_[i];
     layer.input_norm.apply(x, normed);
     Tensor attended = layer.attention->forward(normed, batch, static_cast<int64_t>(i));
     layer.post_attention_norm.apply(attended, attended);
-    cpu::add_in_place(x, attended);
+    ops::add_in_place(x, attended);
 
     layer.pre_feedforward_norm.apply(x, normed);
     Tensor mlp = layer.mlp.forward(normed);
@@ -238,30 +250,35 @@ Tensor Gemma4Model::run_layers(const Tensor& input, const Tensor& ple,
       layer.moe->post_mlp_norm.apply(mlp, mlp);
       Tensor experts = run_moe(*layer.moe, x);
       layer.moe->post_experts_norm.apply(experts, experts);
-      cpu::add_in_place(mlp, experts);
+      ops::add_in_place(mlp, experts);
     }
     layer.post_feedforward_norm.apply(mlp, mlp);
-    cpu::add_in_place(x, mlp);
+    ops::add_in_place(x, mlp);
 
     if (ple_size_ > 0) {
       Tensor gate = project(x, layer.ple_gate);
       const Tensor slice =
           ple.narrow(1, static_cast<int64_t>(i) * ple_size_, ple_size_).contiguous();
-      cpu::gated_activation(cpu::Activation::kGeluTanh, gate, slice, gate);
+      ops::gated_activation(Activation::kGeluTanh, gate, slice, gate);
       Tensor projected = project(gate, layer.ple_projection);
       layer.ple_norm.apply(projected, projected);
-      cpu::add_in_place(x, projected);
+      ops::add_in_place(x, projected);
     }
-    scale_in_place(x, layer.layer_scalar);
+    ops::scale_in_place(x, layer.layer_scalar);
   }
   norm_.apply(x, x);
   return x;
 }
 
 Tensor Gemma4Model::compute_logits(const Tensor& hidden) {
-  Tensor logits = project(hidden, embed_tokens_);
-  if (softcap_ > 0.0f) cpu::softcap_in_place(logits, softcap_);
+  Tensor logits = ops::linear(hidden, embed_tokens_, DType::kF32);
+  if (softcap_ > 0.0f) ops::softcap_in_place(logits, softcap_);
   return logits;
+}
+
+bool Gemma4Model::synchronizes_with_host() const {
+  return std::any_of(layers_.begin(), layers_.end(),
+                     [](const Layer& layer) { return layer.moe.has_value(); });
 }
 
 std::unique_ptr<CausalLm> build_gemma4(const ModelConfig& config, WeightSource& weights) {

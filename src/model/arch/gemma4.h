@@ -15,10 +15,12 @@ class Gemma4Model : public CausalLm {
   Gemma4Model(const ModelConfig& config, WeightSource& weights);
   Tensor forward(const ForwardBatch& batch) override;
   Tensor compute_logits(const Tensor& hidden) override;
+  bool synchronizes_with_host() const override;
 
   const Tensor& output_embedding() const { return embed_tokens_; }  // [vocab, hidden], tied head
-  // Token embeddings scaled by sqrt(hidden), rounded to the weight dtype: [T, hidden].
-  Tensor embed(const std::vector<int32_t>& ids) const;
+  // Token embeddings scaled by sqrt(hidden), rounded to the weight dtype: [T, hidden]. A model on
+  // a GPU reads `device_ids` ([T] int32 there).
+  Tensor embed(const std::vector<int32_t>& ids, const Tensor& device_ids = Tensor()) const;
   // The decoder layers and the final norm from input embeddings [T, hidden]; per_layer_inputs is
   // undefined for a model without them. Returns the final hidden states [T, hidden].
   Tensor run_layers(const Tensor& input, const Tensor& per_layer_inputs,
@@ -36,6 +38,7 @@ class Gemma4Model : public CausalLm {
     RmsNorm post_experts_norm;
     int64_t top_k = 0;
     float eps = 1e-6f;
+    Tensor router_norm_weight;  // [hidden] router_scale * hidden^-0.5, for a model on a GPU
   };
   struct Layer {
     RmsNorm input_norm;
@@ -55,7 +58,8 @@ class Gemma4Model : public CausalLm {
                       int64_t hidden, float eps);
   Tensor run_moe(const Moe& moe, const Tensor& residual) const;
   // [T, layers * P]: per-layer inputs, layer i in columns [i * P, (i + 1) * P).
-  Tensor per_layer_inputs(const std::vector<int32_t>& ids, const Tensor& x0) const;
+  Tensor per_layer_inputs(const std::vector<int32_t>& ids, const Tensor& device_ids,
+                          const Tensor& x0) const;
 
   Tensor embed_tokens_;  // [vocab, hidden]; also the output projection
   float embed_scale_ = 1.0f;

@@ -4,6 +4,7 @@
 // (DeepSeek-V3 style: a correction bias that only chooses, group-limited top-k, normalised
 // weights, routed scaling). model.mtp.* tensors are not used.
 #include "model/arch/mimo_v2_flash.h"
+#include "ops/ops.h"
 
 #include <cmath>
 #include <limits>
@@ -133,7 +134,8 @@ Tensor MiMoV2FlashModel::run_moe(const Moe& moe, const Tensor& x) {
   const int64_t tokens = x.size(0);
   const int64_t experts = static_cast<int64_t>(moe.experts.size());
   const int64_t group_size = experts / moe.num_groups;
-  const Tensor logits = project(x, moe.router);
+  // Routing runs on the host.
+  const Tensor logits = ops::linear(x, moe.router, DType::kF32).to(Device::cpu());
   ExpertChoices chosen(tokens);
   for (int64_t t = 0; t < tokens; ++t) {
     std::vector<float> score(experts);
@@ -186,22 +188,29 @@ Tensor MiMoV2FlashModel::run_moe(const Moe& moe, const Tensor& x) {
 
 Tensor MiMoV2FlashModel::forward(const ForwardBatch& batch) {
   const int64_t tokens = static_cast<int64_t>(batch.token_ids.size());
-  Tensor hidden = Tensor::empty({tokens, embed_tokens_.size(1)}, DType::kF32);
-  cpu::embedding(embed_tokens_, batch.token_ids, hidden);
-  Tensor normed = Tensor::empty(hidden.shape(), DType::kF32);
+  const Device device = embed_tokens_.device();
+  Tensor hidden =
+      Tensor::uninitialized({tokens, embed_tokens_.size(1)}, ops::activation_dtype(device), device);
+  ops::embedding(embed_tokens_, batch.token_ids, batch.device_token_ids, 1.0f, hidden);
+  Tensor normed = ops::like(hidden, hidden.shape());
   for (size_t i = 0; i < layers_.size(); ++i) {
     const Layer& layer = layers_[i];
     layer.input_norm.apply(hidden, normed);
-    cpu::add_in_place(hidden, layer.attention->forward(normed, batch, static_cast<int64_t>(i)));
+    ops::add_in_place(hidden, layer.attention->forward(normed, batch, static_cast<int64_t>(i)));
     layer.post_attention_norm.apply(hidden, normed);
-    cpu::add_in_place(hidden, layer.moe ? run_moe(*layer.moe, normed) : layer.mlp->forward(normed));
+    ops::add_in_place(hidden, layer.moe ? run_moe(*layer.moe, normed) : layer.mlp->forward(normed));
   }
   norm_.apply(hidden, hidden);
   return hidden;
 }
 
 Tensor MiMoV2FlashModel::compute_logits(const Tensor& hidden) {
-  return project(hidden, lm_head_);
+  return ops::linear(hidden, lm_head_, DType::kF32);
+}
+
+bool MiMoV2FlashModel::synchronizes_with_host() const {
+  return std::any_of(layers_.begin(), layers_.end(),
+                     [](const Layer& layer) { return layer.moe.has_value(); });
 }
 
 std::unique_ptr<CausalLm> build_mimo_v2_flash(const ModelConfig& config, WeightSource& weights) {

@@ -15,6 +15,7 @@ class MiMoV2FlashModel : public CausalLm {
   MiMoV2FlashModel(const ModelConfig& config, WeightSource& weights);
   Tensor forward(const ForwardBatch& batch) override;
   Tensor compute_logits(const Tensor& hidden) override;
+  bool synchronizes_with_host() const override;
 
  private:
   struct Expert {

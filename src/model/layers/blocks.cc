@@ -14,7 +14,7 @@ Tensor project(const Tensor& x, const Tensor& weight) {
 Tensor mix_experts(const Tensor& x, const ExpertChoices& chosen, int64_t num_experts,
                    const std::function<Tensor(int64_t, const Tensor&)>& expert) {
   const int64_t hidden = x.size(1);
-  Tensor out = Tensor::empty(x.shape(), DType::kF32);
+  Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
   for (int64_t e = 0; e < num_experts; ++e) {
     std::vector<int64_t> rows;
     std::vector<float> weights;
@@ -28,15 +28,22 @@ Tensor mix_experts(const Tensor& x, const ExpertChoices& chosen, int64_t num_exp
     }
     if (rows.empty()) continue;
     const int64_t count = static_cast<int64_t>(rows.size());
-    Tensor gathered = Tensor::empty({count, hidden}, DType::kF32);
+    Tensor gathered = ops::like(x, {count, hidden});
     for (int64_t r = 0; r < count; ++r)
       gathered.select(0, r).copy_from(x.select(0, rows[r]));
     const Tensor y = expert(e, gathered);
     for (int64_t r = 0; r < count; ++r) {
-      float* dst = out.data<float>() + rows[r] * hidden;
-      const float* src = y.data<float>() + r * hidden;
-      for (int64_t h = 0; h < hidden; ++h)
-        dst[h] += weights[r] * src[h];
+      if (x.device().is_cpu()) {
+        float* dst = out.data<float>() + rows[r] * hidden;
+        const float* src = y.data<float>() + r * hidden;
+        for (int64_t h = 0; h < hidden; ++h)
+          dst[h] += weights[r] * src[h];
+      } else {
+        // Row by row on the device: MoE models run eagerly, tokens here are few.
+        const Tensor row = y.narrow(0, r, 1);
+        ops::scale_in_place(row, weights[r]);
+        ops::add_in_place(out.narrow(0, rows[r], 1), row);
+      }
     }
   }
   return out;
@@ -202,10 +209,11 @@ Tensor SelfAttention::forward_fused(const Tensor& x, const ForwardBatch& batch,
     v = v.contiguous();
     ops::scale_in_place(v, options_.value_scale);
   }
-  for (const Tensor* t : {&q, &k}) {
-    ops::rope(inverse_frequencies_, device_frequencies_, rotary_dim_, batch.positions,
-              batch.device_positions, *t);
-  }
+  // q's heads and then k's lie side by side in each row: one rotation covers both.
+  const Tensor qk = qkv.as_strided({tokens, p.num_q_heads + p.num_kv_heads, p.head_size_k},
+                                   {row, p.head_size_k, 1}, 0);
+  ops::rope(inverse_frequencies_, device_frequencies_, rotary_dim_, batch.positions,
+            batch.device_positions, qk);
   return attend(x, q, k, v, batch, layer_index);
 }
 
