@@ -18,17 +18,24 @@ class DeviceInputs {
   DeviceInputs& operator=(const DeviceInputs&) = delete;
 
   // Copies `batch`'s ids, positions and per-group metadata to the device and points the batch's
-  // device fields at them. Buffers grow when a step is larger than any before.
-  void upload(ForwardBatch& batch);
+  // device fields at them. A decode-only batch padded with `padding_seqs` one-token rows (a CUDA
+  // graph's size) gets as many padding sequences in its plans. Buffers grow when a step is larger
+  // than any before.
+  void upload(ForwardBatch& batch, int64_t padding_seqs = 0);
 
-  // Per-group plans (for fixing decode splits before a graph capture).
-  std::vector<cuda::AttentionPlan*> plans() const;
+  // KV splits of decode attention: chosen per step (0), or fixed for a graph's batch size.
+  void fix_decode_splits(int64_t batch_size);
+  void free_decode_splits();
+
+  // Changes whenever a buffer a captured graph points at is replaced.
+  int64_t generation() const;
 
  private:
   const KvCachePlan& plan_;
   Device device_;
   Tensor ids_;        // [capacity] int32
   Tensor positions_;  // [capacity] int64
+  int64_t buffer_generation_ = 0;
   struct Plans;
   std::unique_ptr<Plans> plans_;
 };

@@ -36,6 +36,14 @@ bool contains(const auto& ids, int64_t token) {
   return std::find(ids.begin(), ids.end(), token) != ids.end();
 }
 
+// Greedy with nothing that reads the logits beyond their argmax: no penalties, alternatives or
+// minimum length.
+bool is_plain_greedy(const SamplingParams& params) {
+  return params.greedy() && params.presence_penalty == 0.0 && params.frequency_penalty == 0.0 &&
+         params.repetition_penalty == 1.0 && params.logprobs == 0 && params.min_tokens == 0 &&
+         !params.prompt_logprobs.has_value();
+}
+
 // The next token of one request from its raw logits row.
 SampledToken next_token(const float* logits, const float* logprobs, int64_t vocab,
                         const GenerationRequest& request, const GenerationResult& result,
@@ -79,7 +87,7 @@ Engine::Engine(CausalLm& model, const KvCachePlan& plan, const KvCache& cache,
       config_(config),
       blocks_(plan),
       scheduler_(config.scheduler, blocks_),
-      runner_(model, plan, cache) {}
+      runner_(model, plan, cache, {.enforce_eager = config.enforce_eager}) {}
 
 void Engine::validate(const GenerationRequest& request) const {
   check_request(config_, plan_, request);
@@ -159,11 +167,18 @@ std::vector<RequestDelta> Engine::step() {
   }
   counters_.peak_blocks_used = std::max(counters_.peak_blocks_used,
                                         plan_.num_blocks - kNullBlocks - blocks_.num_free_blocks());
-  const RunnerOutput output = runner_.execute(step, blocks_);
+  // A step whose every row is a plain greedy choice is sampled where its logits are.
+  bool plain_greedy = true;
+  for (size_t i = 0; i < chunks.size() && plain_greedy; ++i) {
+    const GenerationRequest& request = entries_.at(chunks[i].request->id).request;
+    plain_greedy = !step[i].all_logits && is_plain_greedy(request.params);
+  }
+  const RunnerOutput output = runner_.execute(step, blocks_, {.device_greedy = plain_greedy});
   scheduler_.complete(chunks);
   ++counters_.steps;
-  const Tensor logprobs = compute_logprobs(output.logits);
-  const int64_t vocab = logprobs.size(1);
+  const bool sampled = !output.greedy_ids.empty();
+  const Tensor logprobs = sampled ? Tensor() : compute_logprobs(output.logits);
+  const int64_t vocab = sampled ? 0 : logprobs.size(1);
   for (size_t i = 0; i < chunks.size(); ++i) {
     SchedulerRequest& state = *chunks[i].request;
     Entry& entry = entries_.at(state.id);
@@ -187,9 +202,11 @@ std::vector<RequestDelta> Engine::step() {
     }
     if (state.num_computed < static_cast<int64_t>(state.tokens.size())) continue;  // a chunk
     const int64_t last_row = output.first_row[i] + output.num_rows[i] - 1;
-    const SampledToken token = next_token(output.logits.data<float>() + last_row * vocab,
-                                          logprobs.data<float>() + last_row * vocab, vocab, request,
-                                          result, config_, entry.rng);
+    const SampledToken token =
+        sampled ? SampledToken{output.greedy_ids[last_row], output.greedy_logprobs[last_row], {}}
+                : next_token(output.logits.data<float>() + last_row * vocab,
+                             logprobs.data<float>() + last_row * vocab, vocab, request, result,
+                             config_, entry.rng);
     result.tokens.push_back(token);
     state.tokens.push_back(token.token_id);
     ++counters_.generated_tokens;

@@ -2,13 +2,43 @@
 
 #include <algorithm>
 
+#include <bit>
+#include <numeric>
+
 #include "core/error.h"
+#if PAGODA_HAVE_CUDA
+#include "core/cuda/graph.h"
+#include "ops/cuda/ops.h"
+#endif
 
 namespace pagoda {
 
+namespace {
+
+// Batch sizes decode graphs are captured at: 1, 2, 4, 8, then multiples of 8 up to 256.
+constexpr int64_t kMaxGraphBatch = 256;
+
+int64_t graph_batch_size(int64_t batch) {
+  if (batch <= 8) return std::bit_ceil(static_cast<uint64_t>(batch));
+  return (batch + 7) / 8 * 8;
+}
+
+}  // namespace
+
+struct ModelRunner::DecodeGraph {
+#if PAGODA_HAVE_CUDA
+  cuda::Graph graph;
+#endif
+  Tensor logits;           // [padded batch, vocab] f32 on the device, written by each replay
+  int64_t generation = 0;  // of the device inputs it was captured over
+};
+
+ModelRunner::~ModelRunner() = default;
+
 ModelRunner::ModelRunner(CausalLm& model, const KvCachePlan& plan, const KvCache& cache,
-                         int64_t first_layer)
-    : model_(model), plan_(plan) {
+                         const RunnerOptions& options)
+    : model_(model), plan_(plan), enforce_eager_(options.enforce_eager) {
+  const int64_t first_layer = options.first_layer;
   PAGODA_CHECK(first_layer >= 0 && first_layer < static_cast<int64_t>(plan.layers.size()),
                "first layer {} of a plan of {} layers", first_layer, plan.layers.size());
   for (size_t i = first_layer; i < plan.layers.size(); ++i) {
@@ -17,11 +47,7 @@ ModelRunner::ModelRunner(CausalLm& model, const KvCachePlan& plan, const KvCache
   }
   const Device device = cache.buffers.empty() ? Device::cpu() : cache.buffers[0].device();
   if (!device.is_cpu()) {
-#if PAGODA_HAVE_CUDA
     device_inputs_ = std::make_unique<DeviceInputs>(plan, device);
-#else
-    fail("this pagoda binary was built without CUDA; a cache on {} cannot run", device.to_string());
-#endif
   }
 }
 
@@ -75,7 +101,7 @@ ForwardBatch ModelRunner::prepare(const std::vector<const ScheduledSequence*>& o
 }
 
 RunnerOutput ModelRunner::execute(const std::vector<ScheduledSequence>& batch,
-                                  const KvCacheManager& blocks) {
+                                  const KvCacheManager& blocks, const StepOptions& options) {
   // Decodes first, each side in the caller's order.
   std::vector<size_t> order(batch.size());
   for (size_t i = 0; i < batch.size(); ++i)
@@ -87,12 +113,6 @@ RunnerOutput ModelRunner::execute(const std::vector<ScheduledSequence>& batch,
   std::vector<const ScheduledSequence*> ordered;
   for (size_t i : order)
     ordered.push_back(&batch[i]);
-
-  ForwardBatch inputs = prepare(ordered, blocks);
-#if PAGODA_HAVE_CUDA
-  if (device_inputs_) device_inputs_->upload(inputs);
-#endif
-  const Tensor hidden = model_.forward(inputs);
 
   // Rows of hidden states whose logits are wanted, in execution order.
   RunnerOutput output;
@@ -109,18 +129,79 @@ RunnerOutput ModelRunner::execute(const std::vector<ScheduledSequence>& batch,
     output.num_rows[i] = static_cast<int64_t>(rows.size()) - output.first_row[i];
     token += count;
   }
+  const bool decode_only = std::all_of(order.begin(), order.end(), is_decode);
   const int64_t count = static_cast<int64_t>(rows.size());
-  Tensor selected;
-  if (count == token && std::is_sorted(rows.begin(), rows.end())) {
-    selected = hidden.narrow(0, 0, count);  // every row, as in a decode-only step
+  Tensor logits;
+  if (device_inputs_ && !enforce_eager_ && !model_.synchronizes_with_host() && decode_only &&
+      count <= kMaxGraphBatch && count == token) {
+    logits = run_decode_graph(ordered, blocks);
   } else {
-    selected = Tensor::uninitialized({count, hidden.size(1)}, hidden.dtype(), hidden.device());
-    for (int64_t r = 0; r < count; ++r)
-      selected.select(0, r).copy_from(hidden.select(0, rows[r]));
+    ForwardBatch inputs = prepare(ordered, blocks);
+    if (device_inputs_) device_inputs_->upload(inputs);
+    logits = logits_of(model_.forward(inputs), rows);
   }
-  const Tensor logits = model_.compute_logits(selected);
-  output.logits = logits.device().is_cpu() ? logits : logits.to(Device::cpu());
+  if (logits.device().is_cpu()) {
+    output.logits = logits;
+  } else if (options.device_greedy) {
+#if PAGODA_HAVE_CUDA
+    const Tensor ids = Tensor::uninitialized({count}, DType::kI32, logits.device());
+    const Tensor logprobs = Tensor::uninitialized({count}, DType::kF32, logits.device());
+    cuda::argmax_logprob(logits, ids, logprobs);
+    const Tensor host_ids = ids.to(Device::cpu());
+    const Tensor host_logprobs = logprobs.to(Device::cpu());
+    output.greedy_ids.assign(host_ids.data<int32_t>(), host_ids.data<int32_t>() + count);
+    output.greedy_logprobs.assign(host_logprobs.data<float>(), host_logprobs.data<float>() + count);
+#endif
+  } else {
+    output.logits = logits.to(Device::cpu());
+  }
   return output;
+}
+
+Tensor ModelRunner::logits_of(const Tensor& hidden, const std::vector<int64_t>& rows) const {
+  const int64_t count = static_cast<int64_t>(rows.size());
+  bool all_rows = count == hidden.size(0);
+  for (int64_t r = 0; all_rows && r < count; ++r)
+    all_rows = rows[r] == r;
+  if (all_rows) return model_.compute_logits(hidden);
+  Tensor selected = Tensor::uninitialized({count, hidden.size(1)}, hidden.dtype(), hidden.device());
+  for (int64_t r = 0; r < count; ++r)
+    selected.select(0, r).copy_from(hidden.select(0, rows[r]));
+  return model_.compute_logits(selected);
+}
+
+// The first step at a padded size runs eagerly (sizing every cached buffer) and then records a
+// graph; later steps at that size only upload their inputs and replay it. Padding rows are
+// sequences of one token over the null block, written nowhere; their logits are dropped.
+Tensor ModelRunner::run_decode_graph(const std::vector<const ScheduledSequence*>& ordered,
+                                     const KvCacheManager& blocks) {
+#if PAGODA_HAVE_CUDA
+  const int64_t batch = static_cast<int64_t>(ordered.size());
+  const int64_t padded = graph_batch_size(batch);
+  ForwardBatch inputs = prepare(ordered, blocks, padded - batch);
+  std::vector<int64_t> rows(padded);
+  std::iota(rows.begin(), rows.end(), 0);
+  device_inputs_->fix_decode_splits(padded);
+  device_inputs_->upload(inputs, padded - batch);
+  std::unique_ptr<DecodeGraph>& entry = graphs_[padded];
+  Tensor logits;
+  if (entry && entry->generation == device_inputs_->generation()) {
+    entry->graph.replay();
+    logits = entry->logits;
+  } else {
+    // This step's logits leave the device before the capture, which needs their memory.
+    logits = logits_of(model_.forward(inputs), rows).narrow(0, 0, batch).to(Device::cpu());
+    entry = std::make_unique<DecodeGraph>();
+    entry->graph.capture([&] { entry->logits = logits_of(model_.forward(inputs), rows); });
+    entry->generation = device_inputs_->generation();
+  }
+  device_inputs_->free_decode_splits();
+  return logits.narrow(0, 0, batch);
+#else
+  (void)ordered;
+  (void)blocks;
+  fail("this pagoda binary was built without CUDA");
+#endif
 }
 
 }  // namespace pagoda

@@ -3,6 +3,8 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
+#include <memory>
 #include <vector>
 
 #include "engine/device_inputs.h"
@@ -19,21 +21,38 @@ struct ScheduledSequence {
 };
 
 struct RunnerOutput {
-  Tensor logits;                   // [rows, vocab] f32 on the host
+  Tensor logits;  // [rows, vocab] f32 on the host; undefined when sampled on the device
+  // With StepOptions::device_greedy on a GPU: each row's argmax and its log-probability.
+  std::vector<int32_t> greedy_ids;     // [rows]
+  std::vector<float> greedy_logprobs;  // [rows]
   std::vector<int64_t> first_row;  // per scheduled sequence (caller's order): its first logits row
   std::vector<int64_t> num_rows;   // and how many rows it has
 };
 
+struct RunnerOptions {
+  // The plan index of the model's first attention layer: 0 for the target, the target's layer
+  // count for a drafter planned in the same pool.
+  int64_t first_layer = 0;
+  // On a GPU, decode-only steps replay CUDA graphs captured per padded batch size unless set.
+  bool enforce_eager = false;
+};
+
+struct StepOptions {
+  // Every row is sampled greedily with nothing else read from its logits: on a GPU the argmax is
+  // taken there and the logits stay on the device.
+  bool device_greedy = false;
+};
+
 class ModelRunner {
  public:
-  // `first_layer` is the plan index of the model's first attention layer: 0 for the target, the
-  // target's layer count for a drafter planned in the same pool.
   ModelRunner(CausalLm& model, const KvCachePlan& plan, const KvCache& cache,
-              int64_t first_layer = 0);
+              const RunnerOptions& options = {});
+  ~ModelRunner();
 
   // Runs one step. Decoding sequences (one new token after a non-empty cache) go first. Every
   // sequence's blocks must already cover its tokens.
-  RunnerOutput execute(const std::vector<ScheduledSequence>& batch, const KvCacheManager& blocks);
+  RunnerOutput execute(const std::vector<ScheduledSequence>& batch, const KvCacheManager& blocks,
+                       const StepOptions& options = {});
 
   // The step's inputs: sequences in execution order, then `padding_tokens` padding rows (token 0,
   // position 0), which the metadata leaves out of num_actual_tokens and the slot mapping, as a
@@ -42,11 +61,20 @@ class ModelRunner {
                        const KvCacheManager& blocks, int64_t padding_tokens = 0) const;
 
  private:
+  // Hidden states of a step to the logits of `rows` (all rows: a view, not a copy).
+  Tensor logits_of(const Tensor& hidden, const std::vector<int64_t>& rows) const;
+  // A decode-only step of `batch_size` sequences through a graph padded to a captured size.
+  Tensor run_decode_graph(const std::vector<const ScheduledSequence*>& ordered,
+                          const KvCacheManager& blocks);
+
   CausalLm& model_;
   const KvCachePlan& plan_;
   KvCache layer_views_;  // the model's layers' views of the cache
   std::vector<int64_t> layer_groups_;
   std::unique_ptr<DeviceInputs> device_inputs_;  // when the cache is on a GPU
+  bool enforce_eager_ = false;
+  struct DecodeGraph;
+  std::map<int64_t, std::unique_ptr<DecodeGraph>> graphs_;  // by padded batch size
 };
 
 }  // namespace pagoda

@@ -142,7 +142,7 @@ Tensor drafter_logits(CausalLm& drafter, const CacheSetup& setup, int64_t first_
   const KvCache cache = allocate_kv_cache(setup.plan, Device::cpu());
   KvCacheManager blocks(setup.plan);
   EXPECT_TRUE(blocks.allocate_slots(0, static_cast<int64_t>(kPrompt.size()) + 1));
-  ModelRunner runner(drafter, setup.plan, cache, first_layer);
+  ModelRunner runner(drafter, setup.plan, cache, {.first_layer = first_layer});
   const Tensor prefill =
       runner.execute({{.request_id = 0, .new_token_ids = kPrompt, .all_logits = true}}, blocks)
           .logits;

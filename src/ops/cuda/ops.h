@@ -45,6 +45,11 @@ void rope(const Tensor& inverse_frequencies, int64_t rotary_dim, const Tensor& p
 // bf16 with unit inner stride; out is bf16 or f32, contiguous.
 void linear(const Tensor& x, const Tensor& weight, const Tensor& out);
 
+// Greedy sampling: ids[r] = the argmax of logits row r (the lowest id among equal maxima) and
+// logprobs[r] its log-probability. logits: [rows, vocab] f32; ids: [rows] int32; logprobs:
+// [rows] f32.
+void argmax_logprob(const Tensor& logits, const Tensor& ids, const Tensor& logprobs);
+
 // dst = src converted elementwise; both contiguous, same shape; f32, f16 or bf16.
 void convert(const Tensor& src, const Tensor& dst);
 
