@@ -4,6 +4,7 @@
 
 #include <cstdio>
 
+#include "cli/bench.h"
 #include "cli/generate.h"
 #include "cli/inspect.h"
 #include "cli/serve.h"
@@ -17,6 +18,7 @@ int main(int argc, char** argv) {
   pagoda::add_inspect_command(app);
   pagoda::add_tokenize_command(app);
   pagoda::add_serve_command(app);
+  pagoda::add_bench_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& error) {

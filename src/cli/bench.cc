@@ -1,0 +1,347 @@
+#include "cli/bench.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <nlohmann/json.hpp>
+#include <numeric>
+#include <random>
+
+#include "cli/engine_flags.h"
+#include "core/error.h"
+#include "core/units.h"
+#include "engine/generator.h"
+#include "engine/sampling_params.h"
+
+namespace pagoda {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct BenchOptions {
+  ModelFlags paths;
+  int64_t batch_size = 0;
+  int64_t input_len = 0;
+  int64_t output_len = 0;
+  int64_t num_iters = 3;
+  int64_t warmup_iters = 1;
+  double floor_bandwidth_gbps = 4300.0;  // H200 device-to-device copy rate (bench/attention_bench)
+  bool json = false;
+  EngineFlags engine;
+};
+
+// One iteration's steps. A step is decode when every unfinished request had its prompt computed
+// before it (each is scheduled one token); every other step is prefill, mixed ones included.
+struct IterationTimes {
+  double prefill_s = 0.0;
+  int64_t prefill_steps = 0;
+  std::vector<double> decode_s;  // per decode step
+  int64_t decode_tokens = 0;     // tokens sampled in decode steps
+  double end_to_end_s = 0.0;
+};
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// Adds B fresh random prompts (the shared generator keeps every prompt of every iteration
+// distinct, so prefix caching finds nothing), steps until all finish and releases them.
+IterationTimes run_iteration(Engine& engine, const BenchOptions& options, int64_t vocab,
+                             std::mt19937_64& rng) {
+  std::uniform_int_distribution<int32_t> token(0, static_cast<int32_t>(vocab - 1));
+  std::vector<GenerationRequest> requests(options.batch_size);
+  for (GenerationRequest& request : requests) {
+    request.params = {.temperature = 0.0, .max_tokens = options.output_len, .ignore_eos = true};
+    for (int64_t i = 0; i < options.input_len; ++i)
+      request.prompt_token_ids.push_back(token(rng));
+  }
+  IterationTimes times;
+  const Clock::time_point started = Clock::now();
+  std::vector<int64_t> ids;
+  for (GenerationRequest& request : requests)
+    ids.push_back(engine.add_request(std::move(request)));
+  while (engine.has_unfinished()) {
+    bool decode = engine.num_waiting() == 0;
+    for (int64_t id : ids) {
+      if (engine.status(id) != RequestStatus::kFinished && engine.result(id).tokens.empty()) {
+        decode = false;
+      }
+    }
+    const Clock::time_point begin = Clock::now();
+    const std::vector<RequestDelta> deltas = engine.step();
+    const double step_s = seconds_since(begin);
+    if (decode) {
+      times.decode_s.push_back(step_s);
+      for (const RequestDelta& delta : deltas)
+        times.decode_tokens += static_cast<int64_t>(delta.new_tokens.size());
+    } else {
+      times.prefill_s += step_s;
+      ++times.prefill_steps;
+    }
+  }
+  times.end_to_end_s = seconds_since(started);
+  for (int64_t id : ids)
+    engine.release(id);
+  return times;
+}
+
+void check_positive(const char* flag, int64_t value) {
+  if (value < 1) fail("{} {}: must be at least 1", flag, value);
+}
+
+// Checks the shape flags against the model and fits the scheduler limits to the batch: it must
+// run as one batch, so --max-num-seqs and --max-num-batched-tokens are raised to B when not
+// given and refused below it when given.
+EngineFlags fit_engine_flags(const BenchOptions& options, const ModelConfig& config,
+                             const CLI::App& command) {
+  check_positive("--batch-size", options.batch_size);
+  check_positive("--input-len", options.input_len);
+  check_positive("--output-len", options.output_len);
+  check_positive("--num-iters", options.num_iters);
+  if (options.warmup_iters < 0) fail("--warmup-iters {}: must be at least 0", options.warmup_iters);
+  if (!(options.floor_bandwidth_gbps > 0.0)) {
+    fail("--floor-bandwidth-gbps {}: must be positive", options.floor_bandwidth_gbps);
+  }
+  EngineFlags engine = options.engine;
+  const int64_t longest = options.input_len + options.output_len;
+  const int64_t max_model_len = engine.cache.max_model_len.value_or(config.max_position_embeddings);
+  if (longest > max_model_len) {
+    fail("--input-len {} plus --output-len {} is {} tokens; max_model_len is {}", options.input_len,
+         options.output_len, longest, max_model_len);
+  }
+  // Without --max-model-len the cache is planned for the benchmark's length, not the model's.
+  if (!engine.cache.max_model_len) engine.cache.max_model_len = longest;
+  const auto fit = [&](const char* flag, int64_t& value) {
+    if (value >= options.batch_size) return;
+    if (command.get_option(flag)->count() > 0) {
+      fail("{} {} is below --batch-size {}: the whole batch must run at once", flag, value,
+           options.batch_size);
+    }
+    value = options.batch_size;
+  };
+  fit("--max-num-seqs", engine.scheduler.max_num_seqs);
+  fit("--max-num-batched-tokens", engine.scheduler.max_num_batched_tokens);
+  return engine;
+}
+
+// The dtype weights have as loaded: bf16 on a GPU; else --weight-dtype for dummy weights, else
+// the config's.
+DType loaded_weight_dtype(const EngineFlags& engine, const ModelConfig& config) {
+  if (!engine_device(engine).is_cpu()) return DType::kBF16;
+  if (parse_load_format(engine.load_format) == LoadFormat::kDummy && engine.weight_dtype != "auto")
+    return parse_dtype(engine.weight_dtype);
+  return config.dtype.value_or(DType::kBF16);
+}
+
+nlohmann::json or_null(bool present, double value) {
+  return present ? nlohmann::json(value) : nlohmann::json(nullptr);
+}
+
+// Sums the timed iterations into the reported metrics (times in ms).
+nlohmann::json summarize(const std::vector<IterationTimes>& iterations, const BenchOptions& options,
+                         const ModelConfig& config, const EngineFlags& engine) {
+  const double n = static_cast<double>(iterations.size());
+  std::vector<double> decode_ms;
+  double prefill_s = 0.0, end_to_end_s = 0.0;
+  int64_t prefill_steps = 0, decode_tokens = 0;
+  for (const IterationTimes& it : iterations) {
+    prefill_s += it.prefill_s;
+    prefill_steps += it.prefill_steps;
+    end_to_end_s += it.end_to_end_s;
+    decode_tokens += it.decode_tokens;
+    for (double s : it.decode_s)
+      decode_ms.push_back(1e3 * s);
+  }
+  const double decode_s = std::accumulate(decode_ms.begin(), decode_ms.end(), 0.0) / 1e3;
+  std::sort(decode_ms.begin(), decode_ms.end());
+  const size_t count = decode_ms.size();
+  const bool decoded = count > 0;
+  const double mean_ms = decoded ? 1e3 * decode_s / count : 0.0;
+  const double median_ms = decoded ? (decode_ms[(count - 1) / 2] + decode_ms[count / 2]) / 2 : 0.0;
+  const size_t p99_rank = static_cast<size_t>(std::ceil(0.99 * count));
+  const double p99_ms = decoded ? decode_ms[std::max<size_t>(p99_rank, 1) - 1] : 0.0;
+
+  const DType dtype = loaded_weight_dtype(engine, config);
+  const DenseWeightEstimate weights = estimate_dense_decoder_weights(config);
+  const bool gpu = !engine_device(engine).is_cpu();
+  const double streamed_bytes = static_cast<double>(weights.streamed_params) * dtype_size(dtype);
+  const double floor_ms = 1e3 * streamed_bytes / (options.floor_bandwidth_gbps * 1e9);
+  return {
+      {"model", config.source},
+      {"architecture", config.architecture},
+      {"device", engine_device(engine).to_string()},
+      {"batch_size", options.batch_size},
+      {"input_len", options.input_len},
+      {"output_len", options.output_len},
+      {"num_iters", options.num_iters},
+      {"warmup_iters", options.warmup_iters},
+      {"prefill_steps", prefill_steps},
+      {"decode_steps", static_cast<int64_t>(count)},
+      {"prefill_time_ms", 1e3 * prefill_s / n},
+      {"prefill_tokens_per_s", options.batch_size * options.input_len * n / prefill_s},
+      {"decode_step_ms",
+       {{"mean", or_null(decoded, mean_ms)},
+        {"median", or_null(decoded, median_ms)},
+        {"p99", or_null(decoded, p99_ms)}}},
+      {"decode_tokens_per_s", or_null(decoded, decode_tokens / decode_s)},
+      {"end_to_end_ms", 1e3 * end_to_end_s / n},
+      {"weight_dtype", dtype_name(dtype)},
+      {"weight_params", weights.params},
+      {"weight_bytes", weights.params * dtype_size(dtype)},
+      {"streamed_weight_bytes", static_cast<int64_t>(streamed_bytes)},
+      {"floor_bandwidth_gbps", or_null(gpu, options.floor_bandwidth_gbps)},
+      {"weight_streaming_floor_ms", or_null(gpu, floor_ms)},
+      {"decode_step_over_floor", or_null(gpu && decoded, mean_ms / floor_ms)},
+  };
+}
+
+// A number with `digits` decimals and its unit, or "-" for null.
+std::string number(const nlohmann::json& value, int digits, const char* unit = "") {
+  return value.is_null() ? "-" : fmt::format("{:.{}f}{}", value.get<double>(), digits, unit);
+}
+
+void print_table(const nlohmann::json& r) {
+  const nlohmann::json& step = r["decode_step_ms"];
+  std::vector<std::pair<std::string, std::string>> rows = {
+      {"model", fmt::format("{} ({}) on {}", r["architecture"].get<std::string>(),
+                            r["model"].get<std::string>(), r["device"].get<std::string>())},
+      {"batch x input -> output",
+       fmt::format("{} x {} -> {}; iterations: {} timed, {} warmup", r["batch_size"].dump(),
+                   r["input_len"].dump(), r["output_len"].dump(), r["num_iters"].dump(),
+                   r["warmup_iters"].dump())},
+      {"steps (all timed iterations)",
+       fmt::format("{} prefill, {} decode", r["prefill_steps"].dump(), r["decode_steps"].dump())},
+      {"prefill time per iteration", number(r["prefill_time_ms"], 3, " ms")},
+      {"prefill throughput", number(r["prefill_tokens_per_s"], 1, " tok/s")},
+      {"decode step mean / median / p99",
+       fmt::format("{} / {} / {}", number(step["mean"], 3), number(step["median"], 3),
+                   number(step["p99"], 3, " ms"))},
+      {"decode throughput", number(r["decode_tokens_per_s"], 1, " tok/s")},
+      {"end-to-end per iteration", number(r["end_to_end_ms"], 3, " ms")},
+      {"weights (dense-decoder estimate)",
+       fmt::format("{} {} ({:.1f} M params); {} read per decode step",
+                   format_bytes(r["weight_bytes"]), r["weight_dtype"].get<std::string>(),
+                   r["weight_params"].get<double>() / 1e6,
+                   format_bytes(r["streamed_weight_bytes"]))},
+  };
+  if (!r["weight_streaming_floor_ms"].is_null()) {
+    rows.emplace_back("weight-streaming floor",
+                      fmt::format("{} at {} GB/s; decode step mean = {} floor",
+                                  number(r["weight_streaming_floor_ms"], 3, " ms"),
+                                  number(r["floor_bandwidth_gbps"], 0),
+                                  number(r["decode_step_over_floor"], 2, "x")));
+  }
+  fmt::print("| metric | value |\n|---|---|\n");
+  for (const auto& [metric, value] : rows)
+    fmt::print("| {} | {} |\n", metric, value);
+}
+
+void run_bench(const BenchOptions& options, const CLI::App& command) {
+  const std::string model_dir = options.paths.model();
+  const ModelConfig config = load_model_config(model_dir);
+  const EngineFlags engine_flags = fit_engine_flags(options, config, command);
+  // Plan before loading weights, so bad flags fail fast. Without a budget, the pool holds exactly
+  // the batch.
+  CacheFlags flags = device_cache_flags(engine_flags);
+  CacheSetup setup = plan_cache(config, nullptr, flags);
+  if (flags.kv_cache_memory.empty() && !flags.num_blocks) {
+    const int64_t longest = options.input_len + options.output_len;
+    flags.num_blocks =
+        std::max(kNullBlocks + options.batch_size * blocks_to_hold(setup.plan, longest),
+                 setup.plan.num_blocks);
+    setup = plan_cache(config, nullptr, flags);
+  }
+
+  const Clock::time_point load_start = Clock::now();
+  std::unique_ptr<CausalLm> model = load_model(config, model_dir, engine_flags);
+  const KvCache cache = allocate_kv_cache(setup.plan, engine_device(engine_flags));
+  fmt::print(stderr, "loaded in {:.2f} s\n", seconds_since(load_start));
+  Engine engine(*model, setup.plan, cache, generator_config(config, setup.plan, engine_flags));
+  std::mt19937_64 rng(engine_flags.seed);
+  for (int64_t i = 0; i < options.warmup_iters; ++i)
+    run_iteration(engine, options, config.vocab_size, rng);
+  std::vector<IterationTimes> timed;
+  for (int64_t i = 0; i < options.num_iters; ++i)
+    timed.push_back(run_iteration(engine, options, config.vocab_size, rng));
+  if (engine.stats().preemptions > 0) {
+    fmt::print(stderr, "warning: {} preemptions; the KV pool did not hold the whole batch\n",
+               engine.stats().preemptions);
+  }
+  const nlohmann::json report = summarize(timed, options, config, engine_flags);
+  if (options.json) {
+    fmt::print("{}\n", report.dump());
+  } else {
+    print_table(report);
+  }
+}
+
+}  // namespace
+
+DenseWeightEstimate estimate_dense_decoder_weights(const ModelConfig& config) {
+  const nlohmann::json& text = config.text_config;
+  const auto integer = [&](const char* key) {
+    const auto it = text.find(key);
+    return it != text.end() && it->is_number_integer() ? it->get<int64_t>() : int64_t{0};
+  };
+  const auto flag = [&](const char* key) {
+    const auto it = text.find(key);
+    return it != text.end() && it->is_boolean() && it->get<bool>();
+  };
+  // Gemma 4 always projects logits with the embedding table; it has four norms per layer.
+  const bool gemma = config.architecture.starts_with("Gemma");
+  const int64_t hidden = config.hidden_size;
+  const int64_t vocab = config.vocab_size;
+  const int64_t num_layers = static_cast<int64_t>(config.layers.size());
+  const int64_t inner = integer("intermediate_size");
+  const int64_t ple = integer("hidden_size_per_layer_input");
+  const auto first_shared = std::find_if(config.layers.begin(), config.layers.end(),
+                                         [](auto& l) { return l.kv_source != KvSource::kOwn; }) -
+                            config.layers.begin();
+  int64_t streamed = hidden + vocab * hidden;  // final norm, lm_head (tied or not)
+  for (int64_t i = 0; i < num_layers; ++i) {
+    const LayerAttentionConfig& layer = config.layers[i];
+    streamed += 2 * hidden * layer.num_q_heads * layer.head_size_k;  // q, o
+    if (layer.kv_source == KvSource::kOwn) {
+      streamed += hidden * layer.num_kv_heads * layer.head_size_k;  // k
+      const bool k_eq_v = flag("attention_k_eq_v") && layer.kind == AttentionKind::kFull;
+      if (!k_eq_v) streamed += hidden * layer.num_kv_heads * layer.head_size_v;
+    }
+    const bool wide = flag("use_double_wide_mlp") && i >= first_shared && first_shared > 0;
+    streamed += 3 * hidden * (wide ? 2 * inner : inner) + (gemma ? 4 : 2) * hidden;
+    if (ple > 0) streamed += 2 * ple * hidden + hidden;  // gate, projection, norm
+  }
+  int64_t lookups = vocab * hidden;
+  if (ple > 0) {
+    streamed += num_layers * ple * hidden + ple;  // model projection and its norm
+    lookups += integer("vocab_size_per_layer_input") * num_layers * ple;
+  }
+  const bool tied = gemma || flag("tie_word_embeddings");
+  return {.params = streamed + lookups - (tied ? vocab * hidden : 0), .streamed_params = streamed};
+}
+
+void add_bench_command(CLI::App& app) {
+  auto options = std::make_shared<BenchOptions>();
+  CLI::App* command =
+      app.add_subcommand("bench", "Latency and throughput of one batch through the engine");
+  command->add_option("--model", options->paths.model_dir,
+                      "Model directory (default: the embedded models/kjv-gemma4)");
+  command->add_option("--batch-size", options->batch_size, "Requests in the batch (B)")->required();
+  command->add_option("--input-len", options->input_len, "Random prompt tokens per request (I)")
+      ->required();
+  command->add_option("--output-len", options->output_len, "Tokens generated per request (O)")
+      ->required();
+  command->add_option("--num-iters", options->num_iters, "Timed iterations")->capture_default_str();
+  command->add_option("--warmup-iters", options->warmup_iters, "Untimed iterations first")
+      ->capture_default_str();
+  command
+      ->add_option("--floor-bandwidth-gbps", options->floor_bandwidth_gbps,
+                   "GPU copy bandwidth (GB/s) for the weight-streaming floor")
+      ->capture_default_str();
+  command->add_flag("--json", options->json, "One JSON object instead of a table");
+  add_engine_flags(*command, options->engine);
+  command->callback([options, command] { run_bench(*options, *command); });
+}
+
+}  // namespace pagoda

@@ -1,0 +1,126 @@
+// `pagoda bench` end to end on a fixture's shapes with dummy weights, and its weight estimate.
+#include "cli/bench.h"
+
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "cli/cli_test_util.h"
+#include "model/safetensors.h"
+
+namespace pagoda {
+namespace {
+
+using namespace pagoda::testing;
+
+const std::string kFixtures = std::string(PAGODA_SOURCE_DIR) + "/tests/fixtures/";
+
+CliRun run_bench(const std::string& args) {
+  return run_pagoda("bench --model " + kFixtures + "llama-tiny --load-format dummy " + args);
+}
+
+int64_t line_count(const std::string& text) {
+  return std::count(text.begin(), text.end(), '\n');
+}
+
+TEST(BenchCliTest, JsonCountsStepsOfOneBatch) {
+  const CliRun run = run_bench("--batch-size 2 --input-len 8 --output-len 4 --num-iters 2 --json");
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  const nlohmann::json report = nlohmann::json::parse(run.out);
+  EXPECT_EQ(report["batch_size"], 2);
+  EXPECT_EQ(report["input_len"], 8);
+  EXPECT_EQ(report["output_len"], 4);
+  EXPECT_EQ(report["num_iters"], 2);
+  EXPECT_EQ(report["warmup_iters"], 1);
+  EXPECT_EQ(report["device"], "cpu");
+  // Both 8-token prompts fit the default 8192-token budget: one prefill step samples each
+  // request's first token, then O - 1 = 3 decode steps sample the rest. Two timed iterations.
+  EXPECT_EQ(report["prefill_steps"], 2 * 1);
+  EXPECT_EQ(report["decode_steps"], 2 * 3);
+  for (const char* key :
+       {"prefill_time_ms", "prefill_tokens_per_s", "decode_tokens_per_s", "end_to_end_ms"}) {
+    EXPECT_GT(report[key].get<double>(), 0.0) << key;
+  }
+  const nlohmann::json& step = report["decode_step_ms"];
+  EXPECT_GT(step["mean"].get<double>(), 0.0);
+  EXPECT_GT(step["median"].get<double>(), 0.0);
+  EXPECT_GE(step["p99"].get<double>(), step["median"].get<double>());
+  EXPECT_GE(report["end_to_end_ms"].get<double>(), report["prefill_time_ms"].get<double>());
+  // llama-tiny's config says float32; the floor is for GPU runs only.
+  EXPECT_EQ(report["weight_dtype"], "float32");
+  EXPECT_EQ(report["weight_bytes"].get<int64_t>(), 4 * report["weight_params"].get<int64_t>());
+  EXPECT_TRUE(report["weight_streaming_floor_ms"].is_null());
+  EXPECT_TRUE(report["decode_step_over_floor"].is_null());
+}
+
+TEST(BenchCliTest, ChunkedPrefillStepsAreNotDecodeSteps) {
+  // A 10-token budget: step 1 runs request 0's 8 tokens and 2 of request 1's; step 2 decodes
+  // request 0 beside the other 6 (mixed, so prefill); steps 3-5 decode (both, both, request 1).
+  const CliRun run = run_bench(
+      "--batch-size 2 --input-len 8 --output-len 4 --num-iters 1 --warmup-iters 0 "
+      "--max-num-batched-tokens 10 --json");
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  const nlohmann::json report = nlohmann::json::parse(run.out);
+  EXPECT_EQ(report["prefill_steps"], 2);
+  EXPECT_EQ(report["decode_steps"], 3);
+}
+
+TEST(BenchCliTest, TableByDefault) {
+  const CliRun run = run_bench("--batch-size 1 --input-len 4 --output-len 1 --num-iters 1");
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_EQ(run.out.rfind("| metric | value |\n|---|---|\n", 0), 0u) << run.out;
+  // One output token: no decode steps, so no decode latency.
+  EXPECT_NE(run.out.find("| decode step mean / median / p99 | - / - / - |"), std::string::npos)
+      << run.out;
+  EXPECT_NE(run.out.find("dense-decoder estimate"), std::string::npos);
+}
+
+TEST(BenchCliTest, BadShapesFailWithOneLineNamingTheFlag) {
+  const std::pair<const char*, const char*> cases[] = {
+      {"--batch-size 0 --input-len 8 --output-len 4", "--batch-size 0"},
+      {"--batch-size 1 --input-len 0 --output-len 4", "--input-len 0"},
+      {"--batch-size 1 --input-len 8 --output-len -1", "--output-len -1"},
+      {"--batch-size 1 --input-len 250 --output-len 7", "max_model_len is 256"},
+      {"--batch-size 1 --input-len 8 --output-len 4 --max-model-len 10", "max_model_len is 10"},
+      {"--batch-size 4 --input-len 8 --output-len 4 --max-num-seqs 2", "--max-num-seqs 2"},
+      {"--batch-size 4 --input-len 8 --output-len 4 --max-num-batched-tokens 3",
+       "--max-num-batched-tokens 3"},
+  };
+  for (const auto& [args, expected] : cases) {
+    const CliRun run = run_bench(args);
+    EXPECT_NE(run.exit_code, 0) << args;
+    EXPECT_EQ(line_count(run.err), 1) << args << ": " << run.err;
+    EXPECT_NE(run.err.find(expected), std::string::npos) << args << ": " << run.err;
+    EXPECT_TRUE(run.out.empty()) << args;
+  }
+}
+
+int64_t checkpoint_params(const std::string& fixture) {
+  return Checkpoint::open(kFixtures + fixture).total_bytes() / 4;  // float32 fixtures
+}
+
+TEST(BenchWeightEstimateTest, MatchesDenseCheckpoints) {
+  // Llama has no weights outside the estimate's list, untied or tied.
+  for (const char* fixture : {"llama-tiny", "llama3-rope-tiny"}) {
+    const DenseWeightEstimate estimate =
+        estimate_dense_decoder_weights(load_model_config(kFixtures + fixture));
+    EXPECT_EQ(estimate.params, checkpoint_params(fixture)) << fixture;
+  }
+  // Gemma 4 (KV sharing, K = V, double-wide MLP, per-layer inputs) adds per-head q/k norms and
+  // layer scalars, which the estimate leaves out.
+  const ModelConfig gemma = load_model_config(kFixtures + "gemma4-tiny");
+  const int64_t actual = checkpoint_params("gemma4-tiny");
+  EXPECT_LE(estimate_dense_decoder_weights(gemma).params, actual);
+  EXPECT_GE(estimate_dense_decoder_weights(gemma).params, actual * 99 / 100);
+}
+
+TEST(BenchWeightEstimateTest, Llama3EightB) {
+  const DenseWeightEstimate estimate = estimate_dense_decoder_weights(
+      load_model_config(std::string(PAGODA_SOURCE_DIR) + "/bench/configs/llama-3-8b"));
+  EXPECT_EQ(estimate.params, int64_t{8'030'261'248});  // as published for Meta-Llama-3-8B
+  EXPECT_EQ(estimate.streamed_params, estimate.params - int64_t{128256} * 4096);  // no embedding
+}
+
+}  // namespace
+}  // namespace pagoda
