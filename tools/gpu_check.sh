@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# The CUDA path on a GPU machine, in one call: checks first, then timings, then a summary.
+#   1. kernel tables: every CUDA op and the paged attention kernels against the CPU reference
+#      (fresh random inputs per case, poisoned outputs, NHD/HND/padded pages, head sizes 16-256);
+#   2. model parity: each fixture (Llama, Qwen3, Gemma 4 with and without KV sharing, MiMo-V2-Flash,
+#      the default model) on the GPU against the CPU path and transformers' reference, with and
+#      without CUDA graphs (tolerances in tests/model/cuda_parity_test.cc);
+#   3. the decode attention micro-benchmark beside PyTorch's SDPA, and `pagoda bench` of a
+#      Llama-3-8B-shaped model at batch 1 against its weight-streaming floor.
+# Usage: bash tools/gpu_check.sh [BUILD_DIR]   (default build/release; built first when missing)
+# Logs go to $GPU_CHECK_OUT (default build/gpu-check).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+build=${1:-build/release}
+out=${GPU_CHECK_OUT:-build/gpu-check}
+mkdir -p "$out"
+if [ ! -x "$build/tests/pagoda_tests" ]; then
+  source tools/install_deps.sh
+  pagoda_install_deps
+  pagoda_build "$build"
+fi
+status=0
+step() {  # step NAME COMMAND...: runs it, keeps its log, records pass or fail
+  local name=$1
+  shift
+  echo "== $name"
+  if "$@" >"$out/$name.log" 2>&1; then
+    echo "pass" >"$out/$name.status"
+  else
+    echo "FAIL" >"$out/$name.status"
+    status=1
+  fi
+  tail -n 25 "$out/$name.log"
+}
+step kernels "$build/tests/pagoda_tests" --gtest_filter='CudaOpsTest.*:Shapes/CudaAttentionTest.*'
+step parity "$build/tests/pagoda_tests" --gtest_filter='Fixtures/CudaParityTest.*'
+step attention_bench "$build/src/attention_bench"
+if python3 -c 'import torch' 2>/dev/null; then
+  step attention_sdpa python3 tools/attention_sdpa.py
+fi
+for mode in graphs eager; do
+  flags=()
+  [ "$mode" = eager ] && flags=(--enforce-eager)
+  step "bench_llama3_8b_$mode" "$build/src/pagoda" bench --model bench/configs/llama-3-8b \
+    --load-format dummy --device cuda --max-model-len 4096 --batch-size 1 --input-len 512 \
+    --output-len 128 --num-iters 3 "${flags[@]}"
+done
+echo
+echo "| check | result |"
+echo "|---|---|"
+for f in "$out"/*.status; do
+  echo "| $(basename "$f" .status) | $(cat "$f") |"
+done
+grep -h "\[ cuda " "$out/parity.log" || true
+grep -h "floor" "$out"/bench_*.log || true
+exit $status
