@@ -29,7 +29,7 @@ using bf16 = __nv_bfloat16;
 
 constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * 32;
-constexpr int kChunk = 64;  // keys per shared-memory stage
+constexpr int kDefaultChunk = 64;  // keys per shared-memory stage (32 for 512-wide heads' prefill)
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kNegInf = -INFINITY;
 
@@ -55,6 +55,8 @@ struct Args {
   int num_kv_heads;
   int group;        // query heads per KV head
   int head_size_k;  // K's width; the kernel's kDk may be wider, the rest zero
+  int dv_total;     // V's width; each CTA computes kDv columns of it
+  int dv_slices;    // dv_total / kDv
   int block_size;
   int block_shift;  // log2(block_size) when a power of two, else -1
   const int32_t* query_start;
@@ -119,8 +121,9 @@ __device__ __forceinline__ float fast_exp2(float x) {
   return y;
 }
 
-template <int kDk, int kDv, int kRowTiles, int kStageCount>
+template <int kDk, int kDv, int kRowTiles, int kStageCount, int kChunkKeys>
 struct Shape {
+  static constexpr int kChunk = kChunkKeys;
   static constexpr int kRows = 16 * kRowTiles;
   static constexpr int kKeyGroups = kWarps / kRowTiles;
   static constexpr int kKeysPerWarp = kChunk / kKeyGroups;
@@ -167,7 +170,7 @@ __device__ __forceinline__ int64_t row_offset(const Args& a, const PagedTensor& 
 
 // K and V rows of equal width at the same offsets from their bases (one cache tensor holding
 // both): one address computation serves the two copies.
-template <int kDim>
+template <int kDim, int kChunk>
 __device__ __forceinline__ void load_paired_rows(const Args& a, const TableWindow& window,
                                                  int kv_head, int first, int end, bf16* k_stage,
                                                  bf16* v_stage) {
@@ -190,7 +193,7 @@ __device__ __forceinline__ void load_paired_rows(const Args& a, const TableWindo
 // Queues the copy of `kDim`-wide rows of keys [first, first + kChunk) of `t` (those below `end`;
 // the rest zero-filled) into `stage` [kChunk][kDim + 8]. Each thread keeps one 16-byte piece of a
 // row and steps over keys, so the piece offset is computed once.
-template <int kDim>
+template <int kDim, int kChunk>
 __device__ __forceinline__ void load_rows(const Args& a, const PagedTensor& t,
                                           const TableWindow& window, int kv_head, int first,
                                           int end, int width, bf16* stage) {
@@ -226,28 +229,29 @@ __device__ __forceinline__ void load_rows(const Args& a, const PagedTensor& t,
 
 // Queues keys [first, first + kChunk) of K and V into one stage, moving the table window first
 // when the chunk's pages run past it.
-template <int kDk, int kDv>
-__device__ void load_chunk(const Args& a, int seq, int kv_head, int first, int end,
-                           TableWindow& window, bf16* k_stage, bf16* v_stage) {
+template <int kDk, int kDv, int kChunk>
+__device__ void load_chunk(const Args& a, const PagedTensor& v, int seq, int kv_head, int first,
+                           int end, TableWindow& window, bf16* k_stage, bf16* v_stage) {
   const int last_pos = min(first + kChunk, end) - 1;
   if (last_pos / a.block_size >= window.first_page + kTableWindow) {
     __syncthreads();  // every copy from the old window has been issued
     fill_window(a, seq, first / a.block_size, window);
   }
   if constexpr (kDk == kDv && kThreads % (kDk / 8) == 0) {
-    if (a.head_size_k == kDk && a.k.block_stride == a.v.block_stride &&
+    if (a.head_size_k == kDk && a.dv_slices == 1 && a.k.block_stride == a.v.block_stride &&
         a.k.token_stride == a.v.token_stride && a.k.head_stride == a.v.head_stride) {
-      load_paired_rows<kDk>(a, window, kv_head, first, end, k_stage, v_stage);
+      load_paired_rows<kDk, kChunk>(a, window, kv_head, first, end, k_stage, v_stage);
       return;
     }
   }
-  load_rows<kDk>(a, a.k, window, kv_head, first, end, a.head_size_k, k_stage);
-  load_rows<kDv>(a, a.v, window, kv_head, first, end, kDv, v_stage);
+  load_rows<kDk, kChunk>(a, a.k, window, kv_head, first, end, a.head_size_k, k_stage);
+  load_rows<kDv, kChunk>(a, v, window, kv_head, first, end, kDv, v_stage);
 }
 
-template <int kDk, int kDv, int kRowTiles, int kStages>
+template <int kDk, int kDv, int kRowTiles, int kStages, int kChunkKeys>
 __global__ void __launch_bounds__(kThreads) attention_kernel(const Args a) {
-  using S = Shape<kDk, kDv, kRowTiles, kStages>;
+  using S = Shape<kDk, kDv, kRowTiles, kStages, kChunkKeys>;
+  constexpr int kChunk = S::kChunk;
   extern __shared__ uint4 shared_raw[];
   bf16* q_s = reinterpret_cast<bf16*>(shared_raw);  // [kRows][kKStride]
   bf16* stages = q_s + S::kQElems;                  // 2 x ([kChunk][kKStride], [kChunk][kVStride])
@@ -255,8 +259,13 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(const Args a) {
 
   const int seq = a.seq_offset + blockIdx.x;
   const int kv_head = blockIdx.y;
-  const int row_tile = blockIdx.z / a.num_splits;
-  const int split = blockIdx.z % a.num_splits;
+  // z: (row tile, split, V slice), the slice fastest. A slice is kDv of V's dv_total columns.
+  const int slice = blockIdx.z % a.dv_slices;
+  const int row_tile = blockIdx.z / a.dv_slices / a.num_splits;
+  const int split = blockIdx.z / a.dv_slices % a.num_splits;
+  const int dv_offset = slice * kDv;
+  PagedTensor v_slice = a.v;
+  v_slice.base += dv_offset;
   const int q_begin = a.query_start[seq];
   const int q_len = a.query_start[seq + 1] - q_begin;
   const int seq_len = a.seq_lens[seq];
@@ -314,8 +323,8 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(const Args a) {
   auto issue = [&](int chunk) {
     if (chunk < num_chunks) {
       bf16* stage = stages + (chunk % S::kStages) * S::kStageElems;
-      load_chunk<kDk, kDv>(a, seq, kv_head, start + chunk * kChunk, end, window, stage,
-                           stage + kChunk * S::kKStride);
+      load_chunk<kDk, kDv, kChunk>(a, v_slice, seq, kv_head, start + chunk * kChunk, end, window,
+                                   stage, stage + kChunk * S::kKStride);
     }
     copy_commit();  // an empty group keeps the count of groups per chunk fixed
   };
@@ -472,7 +481,7 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(const Args a) {
     }
     if (!split_kv) {
       const int token = q_begin + (row_begin + r) / a.group;
-      a.out[token * a.out_token_stride + head * kDv + d] =
+      a.out[token * a.out_token_stride + head * a.dv_total + dv_offset + d] =
           __float2bfloat16(l_all > 0.0f ? o_all / l_all : 0.0f);
     } else {
       partial_o[r * kDv + d] = l_all > 0.0f ? o_all / l_all : 0.0f;
@@ -511,7 +520,7 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(const Args a) {
       o_all += weight * __ldcg(cta_o + (sp * 16 + r) * kDv + d);
     }
     const int token = q_begin + (row_begin + r) / a.group;
-    a.out[token * a.out_token_stride + head * kDv + d] =
+    a.out[token * a.out_token_stride + head * a.dv_total + dv_offset + d] =
         __float2bfloat16(l_all > 0.0f ? o_all / l_all : 0.0f);
   }
 }
@@ -557,10 +566,11 @@ bool aligned_16(const Tensor& t) {
   return t.stride(t.dim() - 1) == 1;
 }
 
-template <int kDk, int kDv, int kRowTiles, int kStages>
+template <int kDk, int kDv, int kRowTiles, int kStages, int kChunk = kDefaultChunk>
 struct Kernel {
-  using S = Shape<kDk, kDv, kRowTiles, kStages>;
-  static constexpr auto kFunction = attention_kernel<kDk, kDv, kRowTiles, kStages>;
+  using S = Shape<kDk, kDv, kRowTiles, kStages, kChunk>;
+  static constexpr int kSliceWidth = kDv;
+  static constexpr auto kFunction = attention_kernel<kDk, kDv, kRowTiles, kStages, kChunk>;
 
   // Sets the shared-memory limits once; returns how many CTAs fit on the device at a time.
   static int64_t resident_ctas() {
@@ -580,7 +590,7 @@ struct Kernel {
 
   static void launch(const Args& args, int num_seqs, int row_tiles) {
     resident_ctas();
-    const dim3 grid(num_seqs, args.num_kv_heads, row_tiles * args.num_splits);
+    const dim3 grid(num_seqs, args.num_kv_heads, row_tiles * args.num_splits * args.dv_slices);
     kFunction<<<grid, kThreads, S::kSmemBytes, stream()>>>(args);
     PAGODA_CUDA_CHECK_LAUNCH();
   }
@@ -596,6 +606,11 @@ void with_kernel(int64_t dk, int64_t dv, Body&& body) {
   if (dk == 128 && dv == 128) return body(Kernel<128, 128, kRowTiles, kStages>{});
   if (dk == 256 && dv == 256) return body(Kernel<256, 256, kRowTiles, kStages>{});
   if (dk == 192 && dv == 128) return body(Kernel<192, 128, kRowTiles, kStages>{});
+  // 512-wide heads (Gemma 4's full layers): V in two slices of 256, two stages, and chunks of 32
+  // keys for prefill, to fit shared memory.
+  if (dk == 512 && dv == 512) {
+    return body(Kernel < 512, 256, kRowTiles, 2, kRowTiles == 1 ? 64 : 32 > {});
+  }
   fail("CUDA attention has no kernel for head sizes K {} / V {}", dk, dv);
 }
 
@@ -606,7 +621,7 @@ constexpr int kPrefillStages = 2;
 // KV splits per decoding (sequence, KV head): when there are fewer pairs than CTAs the device
 // holds at once, enough splits to fill it in one wave, each at least four chunks long.
 int64_t choose_decode_splits(int64_t pairs, int64_t resident, int64_t max_seq_len) {
-  const int64_t by_length = std::max<int64_t>(1, max_seq_len / (4 * kChunk));
+  const int64_t by_length = std::max<int64_t>(1, max_seq_len / (4 * kDefaultChunk));
   return std::clamp<int64_t>(std::min(resident / pairs, by_length), 1, 64);
 }
 
@@ -623,7 +638,7 @@ int64_t decode_splits_for(int64_t head_size_k, int64_t head_size_v, int64_t pair
 bool paged_attention_supports(int64_t head_size_k, int64_t head_size_v, int64_t q_per_kv) {
   const int64_t k = head_size_k;
   const bool sizes =
-      (k == head_size_v && (k == 16 || k == 32 || k == 64 || k == 128 || k == 256)) ||
+      (k == head_size_v && (k == 16 || k == 32 || k == 64 || k == 128 || k == 256 || k == 512)) ||
       (k == 192 && head_size_v == 128) || (k == 24 && head_size_v == 16);
   return sizes && q_per_kv >= 1 && q_per_kv <= 64;
 }
@@ -680,6 +695,9 @@ void paged_attention(const AttentionLayerParams& params, const Tensor& query, co
   args.num_kv_heads = static_cast<int>(hkv);
   args.group = static_cast<int>(hq / hkv);
   args.head_size_k = static_cast<int>(dk);
+  args.dv_total = static_cast<int>(dv);
+  with_kernel<1, kDecodeStages>(
+      dk, dv, [&](auto kernel) { args.dv_slices = static_cast<int>(dv / kernel.kSliceWidth); });
   args.block_size = static_cast<int>(plan.block_size());
   args.block_shift = std::has_single_bit(static_cast<uint64_t>(plan.block_size()))
                          ? std::countr_zero(static_cast<uint64_t>(plan.block_size()))
@@ -699,8 +717,8 @@ void paged_attention(const AttentionLayerParams& params, const Tensor& query, co
                              ? plan.fixed_decode_splits
                              : decode_splits_for(dk, dv, decodes * hkv, plan.max_seq_len()));
     if (d.num_splits > 1) {
-      d.partials = plan.partials(decodes * hkv * d.num_splits * 16 * (dv + 1));
-      d.counters = plan.counters(decodes * hkv);
+      d.partials = plan.partials(decodes * hkv * d.num_splits * 16 * (dv + d.dv_slices));
+      d.counters = plan.counters(decodes * hkv * d.dv_slices);
     }
     with_kernel<1, kDecodeStages>(
         dk, dv, [&](auto kernel) { kernel.launch(d, static_cast<int>(decodes), 1); });
