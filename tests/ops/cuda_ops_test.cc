@@ -333,6 +333,30 @@ TEST(CudaOpsTest, LinearMatchesCpuAndWritesEveryElement) {
   }
 }
 
+// The matrix-vector kernel itself (linear() takes it only where it times faster), for 1 to 4
+// rows, a last warp with one row, and K not a multiple of its unrolled step.
+TEST(CudaOpsTest, GemvMatchesCpuAndWritesEveryElement) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  std::mt19937 rng(11);
+  for (const auto& [n, k] : {std::pair{4096, 4096}, std::pair{1001, 14336}, std::pair{17, 200}}) {
+    const Tensor w = rounded(random_tensor({n, k}, rng), DType::kBF16);
+    const Tensor device_w = to_cuda(w, DType::kBF16);
+    for (int64_t m = 1; m <= cuda::kMaxGemvRows; ++m) {
+      const Tensor x = rounded(random_tensor({m, k}, rng), DType::kBF16);
+      Tensor ref = Tensor::empty({m, n}, DType::kF32);
+      cpu::linear(x, w, ref);
+      for (DType out_dtype : kActivationDtypes) {
+        const Tensor out = poisoned({m, n}, out_dtype);
+        const Tensor device_x = to_cuda(x, DType::kBF16);
+        ASSERT_TRUE(cuda::gemv_applies(device_x, device_w, out));
+        cuda::gemv(device_x, device_w, out);
+        EXPECT_LE(relative_error(to_host_f32(out), ref), out_dtype == DType::kBF16 ? 4e-3 : 1e-4)
+            << "M " << m << " N " << n << " K " << k;
+      }
+    }
+  }
+}
+
 // x as rows of a wider buffer (row stride > K), including a single row at a 2-byte offset.
 TEST(CudaOpsTest, LinearOnStridedAndMisalignedRows) {
   if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";

@@ -193,7 +193,7 @@ std::mutex& plans_mutex() {
 
 }  // namespace
 
-void linear(const Tensor& x, const Tensor& weight, const Tensor& out) {
+void cublaslt_linear(const Tensor& x, const Tensor& weight, const Tensor& out) {
   PAGODA_CHECK(x.dim() == 2 && weight.dim() == 2 && out.dim() == 2,
                "linear needs 2-D tensors; got x {}, weight {}, out {}", x.shape(), weight.shape(),
                out.shape());
@@ -254,6 +254,65 @@ void linear(const Tensor& x, const Tensor& weight, const Tensor& out) {
                                      x.raw_data(), plan.b, &beta, out.raw_data(), plan.c,
                                      out.raw_data(), plan.c, &plan.algo, blaslt_workspace(),
                                      kBlasltWorkspaceBytes, stream()));
+}
+
+namespace {
+
+// Median milliseconds of three runs of `body` on the engine stream.
+template <typename Body>
+float median_ms(Body&& body) {
+  cudaEvent_t start = nullptr;
+  cudaEvent_t stop = nullptr;
+  PAGODA_CUDA_CHECK(cudaEventCreate(&start));
+  PAGODA_CUDA_CHECK(cudaEventCreate(&stop));
+  body();
+  std::array<float, 3> times{};
+  for (float& ms : times) {
+    PAGODA_CUDA_CHECK(cudaEventRecord(start, stream()));
+    body();
+    PAGODA_CUDA_CHECK(cudaEventRecord(stop, stream()));
+    PAGODA_CUDA_CHECK(cudaEventSynchronize(stop));
+    PAGODA_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  std::sort(times.begin(), times.end());
+  return times[1];
+}
+
+}  // namespace
+
+// For a few rows, the faster of the matrix-vector kernel and cuBLASLt, timed once per shape on
+// the first call (outside graph capture; a shape first seen while capturing takes cuBLASLt).
+void linear(const Tensor& x, const Tensor& weight, const Tensor& out) {
+  if (!gemv_applies(x, weight, out)) return cublaslt_linear(x, weight, out);
+  static std::mutex mutex;
+  static std::unordered_map<PlanKey, bool, PlanKeyHash> use_gemv;
+  const PlanKey key{x.size(0),
+                    weight.size(0),
+                    weight.size(1),
+                    weight.stride(0),
+                    x.stride(0),
+                    static_cast<int64_t>(out.dtype()),
+                    x.device().index,
+                    0,
+                    0,
+                    0,
+                    0};
+  bool choice = false;
+  {
+    const std::lock_guard lock(mutex);
+    const auto found = use_gemv.find(key);
+    if (found != use_gemv.end()) {
+      choice = found->second;
+    } else if (!stream_is_capturing()) {
+      const float blas_ms = median_ms([&] { cublaslt_linear(x, weight, out); });
+      const float gemv_ms = median_ms([&] { gemv(x, weight, out); });
+      choice = use_gemv[key] = gemv_ms < blas_ms;
+    }
+  }
+  if (choice) return gemv(x, weight, out);
+  cublaslt_linear(x, weight, out);
 }
 
 }  // namespace pagoda::cuda

@@ -41,9 +41,18 @@ void gated_activation(Activation activation, const Tensor& gate, const Tensor& u
 void rope(const Tensor& inverse_frequencies, int64_t rotary_dim, const Tensor& positions,
           const Tensor& x);
 
-// out[M, N] = x[M, K] · weight[N, K]ᵀ through cuBLASLt with f32 accumulation. x and weight are
-// bf16 with unit inner stride; out is bf16 or f32, contiguous.
+// out[M, N] = x[M, K] · weight[N, K]ᵀ with f32 accumulation. x and weight are bf16 with unit
+// inner stride; out is bf16 or f32, contiguous. Few rows may take the matrix-vector kernel below
+// when it is the faster; the rest go through cuBLASLt (cublaslt_linear).
 void linear(const Tensor& x, const Tensor& weight, const Tensor& out);
+void cublaslt_linear(const Tensor& x, const Tensor& weight, const Tensor& out);
+
+// linear() for at most kMaxGemvRows rows of x as matrix-vector products (the weight read once,
+// no tensor cores): what linear() uses for such x when gemv_applies() (16-byte aligned rows, K a
+// multiple of 8).
+constexpr int64_t kMaxGemvRows = 4;
+bool gemv_applies(const Tensor& x, const Tensor& weight, const Tensor& out);
+void gemv(const Tensor& x, const Tensor& weight, const Tensor& out);
 
 // Greedy sampling: ids[r] = the argmax of logits row r (the lowest id among equal maxima) and
 // logprobs[r] its log-probability. logits: [rows, vocab] f32; ids: [rows] int32; logprobs:

@@ -1,0 +1,111 @@
+// GEMM micro-benchmark at the decode shapes of a Llama-3-8B layer (and its lm_head): bf16
+// x[M, K] · weight[N, K]ᵀ through cuBLASLt and, for M <= 4, through our matrix-vector kernel.
+// Reports the median time and the weight bytes it streams over that time, against the
+// device-to-device copy bandwidth measured here. Several weight copies rotate so the L2 cache never
+// holds the one being read.
+#include <cuda_runtime.h>
+#include <fmt/core.h>
+
+#include <algorithm>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/cuda/context.h"
+#include "ops/cuda/ops.h"
+
+namespace pagoda {
+namespace {
+
+template <typename Body>
+double median_ms(int runs, int inner, Body&& body) {
+  cudaEvent_t start, stop;
+  PAGODA_CUDA_CHECK(cudaEventCreate(&start));
+  PAGODA_CUDA_CHECK(cudaEventCreate(&stop));
+  for (int i = 0; i < 3; ++i)
+    body(i);
+  std::vector<double> times;
+  for (int r = 0; r < runs; ++r) {
+    PAGODA_CUDA_CHECK(cudaEventRecord(start, cuda::stream()));
+    for (int i = 0; i < inner; ++i)
+      body(i);
+    PAGODA_CUDA_CHECK(cudaEventRecord(stop, cuda::stream()));
+    PAGODA_CUDA_CHECK(cudaEventSynchronize(stop));
+    float ms = 0;
+    PAGODA_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+    times.push_back(ms / inner);
+  }
+  std::sort(times.begin(), times.end());
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  return times[times.size() / 2];
+}
+
+Tensor random_bf16(const Shape& shape, std::mt19937& rng) {
+  Tensor host = Tensor::empty(shape, DType::kBF16);
+  std::uniform_real_distribution<float> dist(-0.05f, 0.05f);
+  for (int64_t i = 0; i < host.numel(); ++i)
+    host.data<uint16_t>()[i] = f32_to_bf16(dist(rng));
+  return host.to(Device::cuda(0));
+}
+
+void run() {
+  const Device gpu = Device::cuda(0);
+  const Tensor a = Tensor::empty({int64_t{1} << 31}, DType::kU8, gpu);
+  const Tensor b = Tensor::empty({int64_t{1} << 31}, DType::kU8, gpu);
+  const double copy_ms = median_ms(5, 5, [&](int) {
+    PAGODA_CUDA_CHECK(cudaMemcpyAsync(b.raw_data(), a.raw_data(), a.numel(),
+                                      cudaMemcpyDeviceToDevice, cuda::stream()));
+  });
+  const double copy = 2.0 * a.numel() / (copy_ms * 1e-3);
+  fmt::print("device-to-device copy: {:.0f} GB/s (read + write)\n\n", copy / 1e9);
+  struct Case {
+    const char* name;
+    int64_t n;
+    int64_t k;
+  };
+  const Case cases[] = {{"qkv", 6144, 4096},
+                        {"o_proj", 4096, 4096},
+                        {"gate_up", 28672, 4096},
+                        {"down", 4096, 14336},
+                        {"lm_head", 128256, 4096}};
+  std::mt19937 rng(3);
+  fmt::print(
+      "| GEMM | N x K | M | cuBLASLt µs | % of copy | gemv µs | % of copy |\n"
+      "|---|---|---:|---:|---:|---:|---:|\n");
+  for (const Case& c : cases) {
+    const int64_t bytes = c.n * c.k * 2;
+    const int copies = static_cast<int>(std::clamp<int64_t>((int64_t{1} << 30) / bytes, 2, 8));
+    std::vector<Tensor> weights;
+    for (int i = 0; i < copies; ++i)
+      weights.push_back(random_bf16({c.n, c.k}, rng));
+    for (int64_t m : {1, 4, 16, 64}) {
+      const Tensor x = random_bf16({m, c.k}, rng);
+      const DType out_dtype = std::string(c.name) == "lm_head" ? DType::kF32 : DType::kBF16;
+      const Tensor out = Tensor::empty({m, c.n}, out_dtype, gpu);
+      const double ms =
+          median_ms(7, 20, [&](int i) { cuda::cublaslt_linear(x, weights[i % copies], out); });
+      const bool small = cuda::gemv_applies(x, weights[0], out);
+      const double gemv_ms =
+          small ? median_ms(7, 20, [&](int i) { cuda::gemv(x, weights[i % copies], out); }) : 0;
+      const std::string gemv_columns = small ? fmt::format("{:.1f} | {:.1f}%", gemv_ms * 1e3,
+                                                           100.0 * bytes / (gemv_ms * 1e-3) / copy)
+                                             : std::string("- | -");
+      fmt::print("| {} | {} x {} | {} | {:.1f} | {:.1f}% | {} |\n", c.name, c.n, c.k, m, ms * 1e3,
+                 100.0 * bytes / (ms * 1e-3) / copy, gemv_columns);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace pagoda
+
+int main() {
+  try {
+    pagoda::run();
+  } catch (const std::exception& error) {
+    fmt::print(stderr, "linear_bench: {}\n", error.what());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,144 @@
+// Matrix-vector products for the few rows of a decode step: out[M, N] = x[M, K] · weight[N, K]ᵀ
+// with M <= kMaxGemvRows. The weight streams from memory once, in 16-byte loads: each warp owns
+// kRowsPerWarp weight rows, each lane every 32nd piece of 8 elements of them, with the loads of
+// one step all issued before they are used; x's rows come through the cache, which every warp
+// shares. Lanes reduce by shuffles at the end.
+#include <cuda_bf16.h>
+
+#include "core/cuda/context.h"
+#include "ops/cuda/ops.h"
+
+namespace pagoda::cuda {
+namespace {
+
+using bf16 = __nv_bfloat16;
+
+constexpr int kWarpsPerBlock = 8;
+constexpr int kRowsPerWarp = 2;
+constexpr int kUnroll = 4;  // pieces per lane per row in flight
+
+__device__ __forceinline__ uint4 load_streaming(const uint4* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+
+__device__ __forceinline__ float dot8(const uint4& w, const uint4& x) {
+  const auto* wp = reinterpret_cast<const __nv_bfloat162*>(&w);
+  const auto* xp = reinterpret_cast<const __nv_bfloat162*>(&x);
+  float sum = 0.0f;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 a = __bfloat1622float2(wp[i]);
+    const float2 b = __bfloat1622float2(xp[i]);
+    sum = fmaf(a.x, b.x, sum);
+    sum = fmaf(a.y, b.y, sum);
+  }
+  return sum;
+}
+
+template <int kM, typename Out>
+__global__ void __launch_bounds__(kWarpsPerBlock * 32)
+    gemv_kernel(const bf16* x, int64_t x_stride, const bf16* weight, int64_t w_stride, Out* out,
+                int n, int k) {
+  const int warp = threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  const int first_row = (blockIdx.x * kWarpsPerBlock + warp) * kRowsPerWarp;
+  if (first_row >= n) return;
+  const int pieces = k / 8;
+  float acc[kRowsPerWarp][kM] = {};
+  const uint4* w_rows[kRowsPerWarp];
+#pragma unroll
+  for (int r = 0; r < kRowsPerWarp; ++r) {
+    const int row = min(first_row + r, n - 1);  // a missing last row re-reads a real one
+    w_rows[r] = reinterpret_cast<const uint4*>(weight + row * w_stride);
+  }
+  for (int base = lane; base < pieces; base += 32 * kUnroll) {
+    uint4 w[kRowsPerWarp][kUnroll];
+#pragma unroll
+    for (int r = 0; r < kRowsPerWarp; ++r) {
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int piece = base + u * 32;
+        w[r][u] = piece < pieces ? load_streaming(w_rows[r] + piece) : make_uint4(0, 0, 0, 0);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int piece = base + u * 32;
+      if (piece >= pieces) break;
+#pragma unroll
+      for (int m = 0; m < kM; ++m) {
+        const uint4 xv = *reinterpret_cast<const uint4*>(x + m * x_stride + piece * 8);
+#pragma unroll
+        for (int r = 0; r < kRowsPerWarp; ++r)
+          acc[r][m] += dot8(w[r][u], xv);
+      }
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < kRowsPerWarp; ++r) {
+#pragma unroll
+    for (int m = 0; m < kM; ++m) {
+      float v = acc[r][m];
+      for (int offset = 16; offset > 0; offset /= 2)
+        v += __shfl_xor_sync(0xffffffffu, v, offset);
+      if (lane == 0 && first_row + r < n) {
+        if constexpr (sizeof(Out) == 4) {
+          out[m * n + first_row + r] = v;
+        } else {
+          out[m * n + first_row + r] = __float2bfloat16(v);
+        }
+      }
+    }
+  }
+}
+
+template <int kM>
+void launch(const Tensor& x, const Tensor& weight, const Tensor& out) {
+  const int n = static_cast<int>(weight.size(0));
+  const int k = static_cast<int>(weight.size(1));
+  const int rows_per_block = kWarpsPerBlock * kRowsPerWarp;
+  const int blocks = (n + rows_per_block - 1) / rows_per_block;
+  const auto* xp = reinterpret_cast<const bf16*>(x.raw_data());
+  const auto* wp = reinterpret_cast<const bf16*>(weight.raw_data());
+  if (out.dtype() == DType::kF32) {
+    gemv_kernel<kM, float><<<blocks, kWarpsPerBlock * 32, 0, stream()>>>(
+        xp, x.stride(0), wp, weight.stride(0), out.data<float>(), n, k);
+  } else {
+    gemv_kernel<kM, bf16><<<blocks, kWarpsPerBlock * 32, 0, stream()>>>(
+        xp, x.stride(0), wp, weight.stride(0), reinterpret_cast<bf16*>(out.raw_data()), n, k);
+  }
+  PAGODA_CUDA_CHECK_LAUNCH();
+}
+
+bool aligned_rows(const Tensor& t) {
+  return reinterpret_cast<uintptr_t>(t.raw_data()) % 16 == 0 &&
+         (t.size(0) == 1 || t.stride(0) % 8 == 0) && t.stride(1) == 1;
+}
+
+}  // namespace
+
+bool gemv_applies(const Tensor& x, const Tensor& weight, const Tensor& out) {
+  return x.size(0) >= 1 && x.size(0) <= kMaxGemvRows && x.size(1) % 8 == 0 && aligned_rows(x) &&
+         aligned_rows(weight) && out.is_contiguous() && weight.size(0) < (int64_t{1} << 31);
+}
+
+void gemv(const Tensor& x, const Tensor& weight, const Tensor& out) {
+  PAGODA_CHECK(gemv_applies(x, weight, out), "gemv of x {} and weight {}", x.shape(),
+               weight.shape());
+  switch (x.size(0)) {
+    case 1:
+      return launch<1>(x, weight, out);
+    case 2:
+      return launch<2>(x, weight, out);
+    case 3:
+      return launch<3>(x, weight, out);
+    case 4:
+      return launch<4>(x, weight, out);
+  }
+}
+
+}  // namespace pagoda::cuda
