@@ -5,8 +5,9 @@
 #   2. model parity: each fixture (Llama, Qwen3, Gemma 4 with and without KV sharing, MiMo-V2-Flash,
 #      the default model) on the GPU against the CPU path and transformers' reference, with and
 #      without CUDA graphs (tolerances in tests/model/cuda_parity_test.cc);
-#   3. the decode attention micro-benchmark beside PyTorch's SDPA, and `pagoda bench` of a
-#      Llama-3-8B-shaped model at batch 1 against its weight-streaming floor.
+#   3. the decode attention micro-benchmark beside PyTorch's SDPA, the decode GEMM shapes, and
+#      `pagoda bench` of Llama-3-8B- and Gemma-4-E4B-shaped models against their weight-streaming
+#      floors.
 # Usage: bash tools/gpu_check.sh [BUILD_DIR]   (default build/release; built first when missing)
 # Logs go to $GPU_CHECK_OUT (default build/gpu-check).
 set -uo pipefail
@@ -38,13 +39,19 @@ step attention_bench "$build/src/attention_bench"
 if python3 -c 'import torch' 2>/dev/null; then
   step attention_sdpa python3 tools/attention_sdpa.py
 fi
-for mode in graphs eager; do
-  flags=()
-  [ "$mode" = eager ] && flags=(--enforce-eager)
-  step "bench_llama3_8b_$mode" "$build/src/pagoda" bench --model bench/configs/llama-3-8b \
-    --load-format dummy --device cuda --max-model-len 4096 --batch-size 1 --input-len 512 \
-    --output-len 128 --num-iters 3 "${flags[@]}"
+step linear_bench "$build/src/linear_bench"
+for model in llama-3-8b gemma-4-e4b; do
+  for mode in graphs eager; do
+    flags=()
+    [ "$mode" = eager ] && flags=(--enforce-eager)
+    step "bench_${model}_$mode" "$build/src/pagoda" bench --model "bench/configs/$model" \
+      --load-format dummy --device cuda --max-model-len 4096 --batch-size 1 --input-len 512 \
+      --output-len 128 --num-iters 3 "${flags[@]}"
+  done
 done
+step bench_llama-3-8b_batch64 "$build/src/pagoda" bench --model bench/configs/llama-3-8b \
+  --load-format dummy --device cuda --max-model-len 4096 --batch-size 64 --input-len 512 \
+  --output-len 128 --num-iters 2
 echo
 echo "| check | result |"
 echo "|---|---|"
