@@ -16,6 +16,7 @@
 
 #include "attention/cuda/attention_plan.h"
 #include "attention/cuda/paged_attention.h"
+#include "bench/cuda_timing.h"
 #include "core/cuda/context.h"
 
 namespace pagoda {
@@ -26,47 +27,6 @@ constexpr int64_t kKvHeads = 8;
 constexpr int64_t kHead = 128;
 constexpr int64_t kBlock = 16;
 constexpr int64_t kPoolBytes = int64_t{40} << 30;
-
-// Median of `runs` timings of `body` in milliseconds, each the mean of `inner` calls.
-template <typename Body>
-double time_ms(int runs, int inner, Body&& body) {
-  cudaEvent_t start, stop;
-  PAGODA_CUDA_CHECK(cudaEventCreate(&start));
-  PAGODA_CUDA_CHECK(cudaEventCreate(&stop));
-  for (int i = 0; i < 3; ++i)
-    body(i);
-  std::vector<double> times;
-  for (int r = 0; r < runs; ++r) {
-    PAGODA_CUDA_CHECK(cudaEventRecord(start, cuda::stream()));
-    for (int i = 0; i < inner; ++i)
-      body(i);
-    PAGODA_CUDA_CHECK(cudaEventRecord(stop, cuda::stream()));
-    PAGODA_CUDA_CHECK(cudaEventSynchronize(stop));
-    float ms = 0;
-    PAGODA_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-    times.push_back(ms / inner);
-  }
-  std::sort(times.begin(), times.end());
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  return times[times.size() / 2];
-}
-
-// Bytes read plus bytes written per second of a large device-to-device copy.
-double copy_bandwidth() {
-  const size_t bytes = size_t{4} << 30;
-  void* a = nullptr;
-  void* b = nullptr;
-  PAGODA_CUDA_CHECK(cudaMalloc(&a, bytes));
-  PAGODA_CUDA_CHECK(cudaMalloc(&b, bytes));
-  PAGODA_CUDA_CHECK(cudaMemset(a, 1, bytes));
-  const double ms = time_ms(5, 5, [&](int) {
-    PAGODA_CUDA_CHECK(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, cuda::stream()));
-  });
-  cudaFree(a);
-  cudaFree(b);
-  return 2.0 * bytes / (ms * 1e-3);
-}
 
 struct Result {
   double us = 0;
@@ -121,7 +81,7 @@ Result run_case(const Tensor& pool, PageOrder order, int64_t page_padding, int64
                                     .head_size_v = kHead,
                                     .scale = 1.0f / std::sqrt(float{kHead})};
   Result result;
-  const double ms = time_ms(7, 20, [&](int i) {
+  const double ms = bench::median_ms(7, 20, [&](int i) {
     cuda::paged_attention(params, query, Tensor(), Tensor(), cache, *plans[i % sets], output);
   });
   const double bytes = double(batch) * context * kKvHeads * kHead * 2 * 2;
@@ -132,7 +92,7 @@ Result run_case(const Tensor& pool, PageOrder order, int64_t page_padding, int64
 
 // With no arguments: the whole table. With BATCH CONTEXT [hnd]: that one case (for a profiler).
 void run(int argc, char** argv) {
-  const double copy = copy_bandwidth();
+  const double copy = bench::copy_bandwidth();
   fmt::print("device-to-device copy: {:.0f} GB/s (read + write)\n\n", copy / 1e9);
   // A pool filled with small random values: no zeros, no NaN.
   const Tensor pool = Tensor::empty({kPoolBytes}, DType::kU8, Device::cuda(0));

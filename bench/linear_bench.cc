@@ -11,35 +11,12 @@
 #include <string>
 #include <vector>
 
+#include "bench/cuda_timing.h"
 #include "core/cuda/context.h"
 #include "ops/cuda/ops.h"
 
 namespace pagoda {
 namespace {
-
-template <typename Body>
-double median_ms(int runs, int inner, Body&& body) {
-  cudaEvent_t start, stop;
-  PAGODA_CUDA_CHECK(cudaEventCreate(&start));
-  PAGODA_CUDA_CHECK(cudaEventCreate(&stop));
-  for (int i = 0; i < 3; ++i)
-    body(i);
-  std::vector<double> times;
-  for (int r = 0; r < runs; ++r) {
-    PAGODA_CUDA_CHECK(cudaEventRecord(start, cuda::stream()));
-    for (int i = 0; i < inner; ++i)
-      body(i);
-    PAGODA_CUDA_CHECK(cudaEventRecord(stop, cuda::stream()));
-    PAGODA_CUDA_CHECK(cudaEventSynchronize(stop));
-    float ms = 0;
-    PAGODA_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-    times.push_back(ms / inner);
-  }
-  std::sort(times.begin(), times.end());
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  return times[times.size() / 2];
-}
 
 Tensor random_bf16(const Shape& shape, std::mt19937& rng) {
   Tensor host = Tensor::empty(shape, DType::kBF16);
@@ -51,13 +28,7 @@ Tensor random_bf16(const Shape& shape, std::mt19937& rng) {
 
 void run() {
   const Device gpu = Device::cuda(0);
-  const Tensor a = Tensor::empty({int64_t{1} << 31}, DType::kU8, gpu);
-  const Tensor b = Tensor::empty({int64_t{1} << 31}, DType::kU8, gpu);
-  const double copy_ms = median_ms(5, 5, [&](int) {
-    PAGODA_CUDA_CHECK(cudaMemcpyAsync(b.raw_data(), a.raw_data(), a.numel(),
-                                      cudaMemcpyDeviceToDevice, cuda::stream()));
-  });
-  const double copy = 2.0 * a.numel() / (copy_ms * 1e-3);
+  const double copy = bench::copy_bandwidth();
   fmt::print("device-to-device copy: {:.0f} GB/s (read + write)\n\n", copy / 1e9);
   struct Case {
     const char* name;
@@ -83,11 +54,12 @@ void run() {
       const Tensor x = random_bf16({m, c.k}, rng);
       const DType out_dtype = std::string(c.name) == "lm_head" ? DType::kF32 : DType::kBF16;
       const Tensor out = Tensor::empty({m, c.n}, out_dtype, gpu);
-      const double ms =
-          median_ms(7, 20, [&](int i) { cuda::cublaslt_linear(x, weights[i % copies], out); });
+      const double ms = bench::median_ms(
+          7, 20, [&](int i) { cuda::cublaslt_linear(x, weights[i % copies], out); });
       const bool small = cuda::gemv_applies(x, weights[0], out);
       const double gemv_ms =
-          small ? median_ms(7, 20, [&](int i) { cuda::gemv(x, weights[i % copies], out); }) : 0;
+          small ? bench::median_ms(7, 20, [&](int i) { cuda::gemv(x, weights[i % copies], out); })
+                : 0;
       const std::string gemv_columns = small ? fmt::format("{:.1f} | {:.1f}%", gemv_ms * 1e3,
                                                            100.0 * bytes / (gemv_ms * 1e-3) / copy)
                                              : std::string("- | -");
