@@ -18,10 +18,12 @@ namespace {
 // Batch sizes decode graphs are captured at: 1, 2, 4, 8, then multiples of 8 up to 256.
 constexpr int64_t kMaxGraphBatch = 256;
 
+#if PAGODA_HAVE_CUDA
 int64_t graph_batch_size(int64_t batch) {
   if (batch <= 8) return std::bit_ceil(static_cast<uint64_t>(batch));
   return (batch + 7) / 8 * 8;
 }
+#endif
 
 }  // namespace
 

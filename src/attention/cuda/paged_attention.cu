@@ -589,6 +589,8 @@ struct Kernel {
   }
 
   static void launch(const Args& args, int num_seqs, int row_tiles) {
+    PAGODA_CHECK(args.dv_slices * kSliceWidth == args.dv_total, "V of {} in slices of {}",
+                 args.dv_total, kSliceWidth);
     resident_ctas();
     const dim3 grid(num_seqs, args.num_kv_heads, row_tiles * args.num_splits * args.dv_slices);
     kFunction<<<grid, kThreads, S::kSmemBytes, stream()>>>(args);
