@@ -61,9 +61,9 @@ class ModelRunner {
                        const KvCacheManager& blocks, int64_t padding_tokens = 0) const;
 
  private:
-  // Hidden states of a step to the logits of `rows` (all rows: a view, not a copy).
+  // The logits of `rows` of a step's hidden states (when they are all the rows, without a copy).
   Tensor logits_of(const Tensor& hidden, const std::vector<int64_t>& rows) const;
-  // A decode-only step of `batch_size` sequences through a graph padded to a captured size.
+  // A decode-only step of the `ordered` sequences through a graph padded to a captured size.
   Tensor run_decode_graph(const std::vector<const ScheduledSequence*>& ordered,
                           const KvCacheManager& blocks);
 
