@@ -9,12 +9,7 @@ namespace pagoda {
 #if PAGODA_HAVE_CUDA
 // The CUDA kernels (attention/cuda/paged_attention.h) walk NHD pages by runtime strides.
 const AttentionBackend& cuda_attention_backend() {
-  static const PagedAttentionBackend backend("cuda", PageOrder::kNhd,
-                                             AttentionFeatures{.sliding_window = true,
-                                                               .logit_softcap = true,
-                                                               .attention_sinks = true,
-                                                               .split_kv_head_sizes = true,
-                                                               .cache_only_queries = true});
+  static const PagedAttentionBackend backend("cuda", PageOrder::kNhd, kAllAttentionFeatures);
   return backend;
 }
 #endif

@@ -19,6 +19,13 @@ struct AttentionFeatures {
   bool cache_only_queries = false;   // K/V absent: attend over the cache as it is (KV sharing)
 };
 
+// Every variant: what the CPU and CUDA backends both compute.
+constexpr AttentionFeatures kAllAttentionFeatures{.sliding_window = true,
+                                                  .logit_softcap = true,
+                                                  .attention_sinks = true,
+                                                  .split_kv_head_sizes = true,
+                                                  .cache_only_queries = true};
+
 class AttentionBackend {
  public:
   virtual ~AttentionBackend() = default;

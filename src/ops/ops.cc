@@ -25,6 +25,13 @@ void dispatch(const Tensor& x, Cpu&& on_cpu, Gpu&& on_gpu) {
 
 }  // namespace
 
+// The GPU branch of a dispatch: the call, or nothing in a build without CUDA.
+#if PAGODA_HAVE_CUDA
+#define PAGODA_GPU(call) [&] { call; }
+#else
+#define PAGODA_GPU(call) [] {}
+#endif
+
 DType activation_dtype(Device device) {
   return device.is_cpu() ? DType::kF32 : DType::kBF16;
 }
@@ -45,11 +52,7 @@ void embedding(const Tensor& table, const std::vector<int32_t>& ids, const Tenso
         cpu::embedding(table, ids, out);
         if (scale != 1.0f) scale_in_place(out, scale);
       },
-      [&] {
-#if PAGODA_HAVE_CUDA
-        cuda::embedding(table, device_ids, scale, out);
-#endif
-      });
+      PAGODA_GPU(cuda::embedding(table, device_ids, scale, out)));
 }
 
 Tensor linear(const Tensor& x, const Tensor& weight) {
@@ -59,20 +62,9 @@ Tensor linear(const Tensor& x, const Tensor& weight) {
 Tensor linear(const Tensor& x, const Tensor& weight, DType out_dtype) {
   Tensor out = Tensor::uninitialized({x.size(0), weight.size(0)}, out_dtype, x.device());
   dispatch(
-      x, [&] { cpu::linear(x, weight, out); },
-      [&] {
-#if PAGODA_HAVE_CUDA
-        cuda::linear(x, weight, out);
-#endif
-      });
+      x, [&] { cpu::linear(x, weight, out); }, PAGODA_GPU(cuda::linear(x, weight, out)));
   return out;
 }
-
-#if PAGODA_HAVE_CUDA
-#define PAGODA_GPU(call) [&] { call; }
-#else
-#define PAGODA_GPU(call) [] {}
-#endif
 
 void rms_norm(const Tensor& x, const Tensor& weight, float eps, float weight_offset,
               const Tensor& out) {
