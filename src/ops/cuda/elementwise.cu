@@ -9,6 +9,7 @@
 #include <type_traits>
 
 #include "core/cuda/context.h"
+#include "core/cuda/launch.h"
 #include "ops/cuda/ops.h"
 
 namespace pagoda::cuda {
@@ -127,6 +128,7 @@ __global__ void embedding_kernel(const W* table,  // [vocab, hidden], row stride
                                  T* out,              // [tokens, hidden], row stride out_stride
                                  int64_t out_stride, int64_t tokens, int hidden, float scale) {
   constexpr int kWidth = kVector ? kPack : 1;
+  start_after_prior_kernels();
   for (int64_t t = blockIdx.x; t < tokens; t += gridDim.x) {
     const int64_t id = ids[t];
     const bool valid = id >= 0 && id < vocab;
@@ -165,6 +167,7 @@ template <typename T, typename W, bool kVector, bool kWarpPerRow, bool kAddResid
 __global__ void __launch_bounds__(kWarpPerRow ? kNormWarpThreads : 1024)
     rms_norm_kernel(NormArgs<T, W> args) {
   constexpr int kWidth = kVector ? kPack : 1;
+  start_after_prior_kernels();
   const int group = kWarpPerRow ? args.lanes : blockDim.x;
   const int64_t row =
       kWarpPerRow ? (blockIdx.x * int64_t{blockDim.x} + threadIdx.x) / group : blockIdx.x;
@@ -234,6 +237,7 @@ struct Identity {
 
 template <typename A, typename D, bool kVector, typename Op>
 __global__ void flat_kernel(const A* a, const D* b, D* dst, int64_t n, Op op) {
+  start_after_prior_kernels();
   for_each_pack<kVector>(n, [&](int64_t i, auto width) {
     constexpr int kWidth = decltype(width)::value;
     float va[kWidth];
@@ -273,6 +277,7 @@ struct GatedArgs {
 template <typename T, bool kVector, Activation kActivation>
 __global__ void gated_activation_kernel(GatedArgs<T> args) {
   constexpr int kWidth = kVector ? kPack : 1;
+  start_after_prior_kernels();
   const int64_t packs = args.cols / kWidth;
   for (int64_t r = blockIdx.y; r < args.rows; r += gridDim.y) {
     for (int64_t p = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; p < packs;
@@ -307,6 +312,7 @@ template <typename T, bool kVector>
 __global__ void rope_kernel(RopeArgs<T> args) {
   constexpr int kWidth = kVector ? kPack : 1;
   extern __shared__ float table[];  // [2, half]: cos, then sin
+  start_after_prior_kernels();
   const int64_t token = blockIdx.x;
   const float position = static_cast<float>(args.positions[token]);
   for (int i = threadIdx.x; i < args.half; i += blockDim.x) {
@@ -487,8 +493,7 @@ void launch_rms_norm(const Tensor& x, const Tensor& residual, const Tensor& weig
                                                 : rms_norm_kernel<T, W, kVector, true, false>)
                                          : (add ? rms_norm_kernel<T, W, kVector, false, true>
                                                 : rms_norm_kernel<T, W, kVector, false, false>);
-        kernel<<<static_cast<unsigned>(blocks), threads, 0, s>>>(args);
-        PAGODA_CUDA_CHECK_LAUNCH();
+        launch(kernel, static_cast<unsigned>(blocks), threads, 0, s, args);
       });
     });
   });
@@ -505,9 +510,9 @@ void launch_flat(const Tensor& a, const Tensor& b, const Tensor& dst, Op op, cud
   const int64_t n = dst.numel();
   const bool vector = aligned16(a) && aligned16(dst) && (!b.defined() || aligned16(b));
   dispatch_vector(vector, [&](auto vec) {
-    flat_kernel<A, D, decltype(vec)::value><<<flat_blocks(n / kPack), kThreads, 0, s>>>(
-        data_of<const A>(a), b.defined() ? data_of<const D>(b) : nullptr, data_of<D>(dst), n, op);
-    PAGODA_CUDA_CHECK_LAUNCH();
+    launch(flat_kernel<A, D, decltype(vec)::value, Op>, flat_blocks(n / kPack), kThreads, 0, s,
+           data_of<const A>(a), b.defined() ? data_of<const D>(b) : nullptr, data_of<D>(dst), n,
+           op);
   });
 }
 
@@ -546,10 +551,9 @@ void embedding(const Tensor& table, const Tensor& ids, float scale, const Tensor
     dispatch_activation(out.dtype(), "embedding", [&](auto act) {
       using T = typename decltype(act)::type;
       dispatch_vector(vector, [&](auto vec) {
-        embedding_kernel<W, T, decltype(vec)::value><<<blocks, threads, 0, s>>>(
-            data_of<const W>(table), table.stride(0), table.size(0), ids.data<int32_t>(),
-            data_of<T>(out), out.stride(0), tokens, static_cast<int>(hidden), scale);
-        PAGODA_CUDA_CHECK_LAUNCH();
+        launch(embedding_kernel<W, T, decltype(vec)::value>, blocks, threads, 0, s,
+               data_of<const W>(table), table.stride(0), table.size(0), ids.data<int32_t>(),
+               data_of<T>(out), out.stride(0), tokens, static_cast<int>(hidden), scale);
       });
     });
   });
@@ -626,8 +630,7 @@ void gated_activation(Activation activation, const Tensor& gate, const Tensor& u
       const auto kernel = activation == Activation::kSilu
                               ? gated_activation_kernel<T, kVector, Activation::kSilu>
                               : gated_activation_kernel<T, kVector, Activation::kGeluTanh>;
-      kernel<<<grid, threads, 0, s>>>(args);
-      PAGODA_CUDA_CHECK_LAUNCH();
+      launch(kernel, grid, threads, 0, s, args);
     });
   });
 }
@@ -673,8 +676,7 @@ void rope(const Tensor& inverse_frequencies, int64_t rotary_dim, const Tensor& p
                            static_cast<int>(half),
                            static_cast<int>(heads_per_block)};
     dispatch_vector(vector, [&](auto vec) {
-      rope_kernel<T, decltype(vec)::value><<<grid, threads, shared_bytes, s>>>(args);
-      PAGODA_CUDA_CHECK_LAUNCH();
+      launch(rope_kernel<T, decltype(vec)::value>, grid, threads, shared_bytes, s, args);
     });
   });
 }

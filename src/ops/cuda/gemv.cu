@@ -6,6 +6,7 @@
 #include <cuda_bf16.h>
 
 #include "core/cuda/context.h"
+#include "core/cuda/launch.h"
 #include "ops/cuda/ops.h"
 
 namespace pagoda::cuda {
@@ -39,6 +40,22 @@ __device__ __forceinline__ float dot8(const uint4& w, const uint4& x) {
   return sum;
 }
 
+// The weight pieces of one step of a lane: kUnroll pieces (32 apart) of each of its rows, zero
+// past the row's end.
+__device__ __forceinline__ void load_step(const uint4* const (&rows)[kRowsPerWarp], int base,
+                                          int pieces, uint4 (&w)[kRowsPerWarp][kUnroll]) {
+#pragma unroll
+  for (int r = 0; r < kRowsPerWarp; ++r) {
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int piece = base + u * 32;
+      w[r][u] = piece < pieces ? load_streaming(rows[r] + piece) : make_uint4(0, 0, 0, 0);
+    }
+  }
+}
+
+// The weight does not depend on earlier kernels, so each warp loads its first step before waiting
+// for them.
 template <int kM, typename Out>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     gemv_kernel(const bf16* x, int64_t x_stride, const bf16* weight, int64_t w_stride, Out* out,
@@ -46,25 +63,21 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   const int first_row = (blockIdx.x * kWarpsPerBlock + warp) * kRowsPerWarp;
-  if (first_row >= n) return;
   const int pieces = k / 8;
-  float acc[kRowsPerWarp][kM] = {};
   const uint4* w_rows[kRowsPerWarp];
 #pragma unroll
   for (int r = 0; r < kRowsPerWarp; ++r) {
     const int row = min(first_row + r, n - 1);  // a missing last row re-reads a real one
     w_rows[r] = reinterpret_cast<const uint4*>(weight + row * w_stride);
   }
-  for (int base = lane; base < pieces; base += 32 * kUnroll) {
-    uint4 w[kRowsPerWarp][kUnroll];
-#pragma unroll
-    for (int r = 0; r < kRowsPerWarp; ++r) {
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        const int piece = base + u * 32;
-        w[r][u] = piece < pieces ? load_streaming(w_rows[r] + piece) : make_uint4(0, 0, 0, 0);
-      }
-    }
+  constexpr int kStep = 32 * kUnroll;
+  uint4 w[kRowsPerWarp][kUnroll];
+  if (first_row < n) load_step(w_rows, lane, pieces, w);
+  start_after_prior_kernels();
+  if (first_row >= n) return;
+  float acc[kRowsPerWarp][kM] = {};
+  for (int base = lane; base < pieces; base += kStep) {
+    if (base != lane) load_step(w_rows, base, pieces, w);
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int piece = base + u * 32;
@@ -97,7 +110,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
 }
 
 template <int kM>
-void launch(const Tensor& x, const Tensor& weight, const Tensor& out) {
+void launch_gemv(const Tensor& x, const Tensor& weight, const Tensor& out) {
   const int n = static_cast<int>(weight.size(0));
   const int k = static_cast<int>(weight.size(1));
   const int rows_per_block = kWarpsPerBlock * kRowsPerWarp;
@@ -105,13 +118,12 @@ void launch(const Tensor& x, const Tensor& weight, const Tensor& out) {
   const auto* xp = reinterpret_cast<const bf16*>(x.raw_data());
   const auto* wp = reinterpret_cast<const bf16*>(weight.raw_data());
   if (out.dtype() == DType::kF32) {
-    gemv_kernel<kM, float><<<blocks, kWarpsPerBlock * 32, 0, stream()>>>(
-        xp, x.stride(0), wp, weight.stride(0), out.data<float>(), n, k);
+    launch(gemv_kernel<kM, float>, blocks, kWarpsPerBlock * 32, 0, stream(), xp, x.stride(0), wp,
+           weight.stride(0), out.data<float>(), n, k);
   } else {
-    gemv_kernel<kM, bf16><<<blocks, kWarpsPerBlock * 32, 0, stream()>>>(
-        xp, x.stride(0), wp, weight.stride(0), reinterpret_cast<bf16*>(out.raw_data()), n, k);
+    launch(gemv_kernel<kM, bf16>, blocks, kWarpsPerBlock * 32, 0, stream(), xp, x.stride(0), wp,
+           weight.stride(0), reinterpret_cast<bf16*>(out.raw_data()), n, k);
   }
-  PAGODA_CUDA_CHECK_LAUNCH();
 }
 
 bool aligned_rows(const Tensor& t) {
@@ -131,13 +143,13 @@ void gemv(const Tensor& x, const Tensor& weight, const Tensor& out) {
                weight.shape());
   switch (x.size(0)) {
     case 1:
-      return launch<1>(x, weight, out);
+      return launch_gemv<1>(x, weight, out);
     case 2:
-      return launch<2>(x, weight, out);
+      return launch_gemv<2>(x, weight, out);
     case 3:
-      return launch<3>(x, weight, out);
+      return launch_gemv<3>(x, weight, out);
     case 4:
-      return launch<4>(x, weight, out);
+      return launch_gemv<4>(x, weight, out);
   }
 }
 
