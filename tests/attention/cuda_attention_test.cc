@@ -218,7 +218,8 @@ INSTANTIATE_TEST_SUITE_P(
                                         0, 0, false, kMixed, 1, 0},
                       CudaAttentionCase{"long split decode", 16, 32, 8, 128, 128, PageOrder::kNhd,
                                         0, 0, 0, false, kLong, 0, 0},
-                      CudaAttentionCase{"fixed splits, short",
+                      // A graph's fixed split count: the short sequences use fewer splits.
+                      CudaAttentionCase{"fixed splits, short and long",
                                         16,
                                         8,
                                         2,
@@ -229,9 +230,12 @@ INSTANTIATE_TEST_SUITE_P(
                                         0,
                                         0,
                                         true,
-                                        {{5, 1}, {70, 1}, {300, 1}},
+                                        {{5, 1}, {70, 1}, {300, 1}, {1200, 1}},
                                         2,
                                         9},
+                      // V in two slices, each with its own partial results.
+                      CudaAttentionCase{"split decode 512 wide", 16, 8, 2, 512, 512,
+                                        PageOrder::kNhd, 0, 0, 0, false, kLong, 0, 6},
                       CudaAttentionCase{"sliding softcap sinks 256", 16, 8, 2, 256, 256,
                                         PageOrder::kNhd, 0, 100, 30.0f, true, kMixed, 1, 0},
                       CudaAttentionCase{"split kv 192/128", 32, 16, 4, 192, 128, PageOrder::kHnd, 0,

@@ -21,6 +21,7 @@
 #include "attention/cuda/attention_plan.h"
 #include "attention/cuda/paged_attention.h"
 #include "core/cuda/context.h"
+#include "core/cuda/launch.h"
 
 namespace pagoda::cuda {
 namespace {
@@ -30,6 +31,11 @@ using bf16 = __nv_bfloat16;
 constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * 32;
 constexpr int kDefaultChunk = 64;  // keys per shared-memory stage (32 for 512-wide heads' prefill)
+// A split-KV part chosen for a step is at least this many chunks long (fewer parts have less to
+// merge, more fill the device); a sequence shorter than a graph's split count assumes uses as many
+// parts as it has chunks, which latency favours.
+constexpr int kMinChunksPerSplit = 4;
+constexpr int kMaxDecodeSplits = 64;
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kNegInf = -INFINITY;
 
@@ -66,7 +72,17 @@ struct Args {
   int seq_offset;  // first sequence of this launch
   int num_splits;
   float* partials;    // [seqs, Hkv, splits, 16, Dv] O / l, then [seqs, Hkv, splits, 16] lse
-  int32_t* counters;  // [seqs, Hkv]
+  int32_t* counters;  // [seqs, Hkv, V slices]
+  // Decode only: this step's K/V rows ([T, Hkv, D], rows of token t at t * stride), which the CTA
+  // holding each sequence's last position writes to the cache at slot_mapping[t] first; null when
+  // a separate kernel writes them (or there are none).
+  const bf16* new_k;
+  int64_t new_k_token_stride;
+  int64_t new_k_head_stride;
+  const bf16* new_v;
+  int64_t new_v_token_stride;
+  int64_t new_v_head_stride;
+  const int64_t* slot_mapping;
 };
 
 __device__ __forceinline__ uint32_t smem_address(const void* p) {
@@ -275,26 +291,17 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(const Args a) {
   const int rows_here = min(S::kRows, num_rows - row_begin);
   const int first_pos = seq_len - q_len;
 
-  // Query rows of this tile, copied with the first chunk; rows past the sequence are zero.
-  for (int i = threadIdx.x; i < S::kRows * (kDk / 8); i += kThreads) {
-    const int r = i / (kDk / 8);
-    const int piece = i % (kDk / 8);
-    const int row = row_begin + r;
-    const bf16* src = a.q;
-    if (r < rows_here && piece * 8 < a.head_size_k) {
-      src += (q_begin + row / a.group) * a.q_token_stride +
-             (kv_head * a.group + row % a.group) * a.q_head_stride + piece * 8;
-    }
-    copy_16(q_s + r * S::kKStride + piece * 8, src, r < rows_here && piece * 8 < a.head_size_k);
-  }
-
   // Keys this CTA reads: up to its last row's position, from the first row's window start.
   const int lowest_pos = first_pos + row_begin / a.group;
   const int highest_pos = first_pos + (row_begin + rows_here - 1) / a.group;
   const int kv_lo = a.window > 0 ? max(0, lowest_pos - a.window + 1) : 0;
   const int kv_hi = highest_pos + 1;
-  const int per_split =
-      ((kv_hi - kv_lo + a.num_splits - 1) / a.num_splits + kChunk - 1) / kChunk * kChunk;
+  // The splits this sequence uses: no more than it has chunks, so a short sequence in a launch
+  // sized for long ones (a graph's) merges no empty parts. The CTAs of the other splits have
+  // nothing to do.
+  const int splits = max(1, min(a.num_splits, (kv_hi - kv_lo + kChunk - 1) / kChunk));
+  if (split >= splits) return;
+  const int per_split = ((kv_hi - kv_lo + splits - 1) / splits + kChunk - 1) / kChunk * kChunk;
   const int start = kv_lo + split * per_split;
   const int end = min(kv_hi, start + per_split);
   const int num_chunks = end > start ? (end - start + kChunk - 1) / kChunk : 0;
@@ -328,10 +335,55 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(const Args a) {
     }
     copy_commit();  // an empty group keeps the count of groups per chunk fixed
   };
+  // Until the kernels before this one finish, only what they cannot write is read: the step's
+  // metadata, and pages of positions cached before this step's tokens (earlier kernels write K/V
+  // only at this step's positions). The first chunks of those load while the kernels finish.
   if (num_chunks > 0) fill_window(a, seq, start / a.block_size, window);
-#pragma unroll
-  for (int c = 0; c < S::kStages - 1; ++c)
+  int early = 0;
+  while (early < S::kStages - 1 && early < num_chunks &&
+         start + (early + 1) * kChunk <= first_pos) {
+    issue(early++);
+  }
+  start_after_prior_kernels();
+  if (a.new_k != nullptr && start < kv_hi && kv_hi <= start + per_split) {
+    // The decoding token's K row and V slice, where this CTA and no other reads them.
+    const int64_t slot = a.slot_mapping[q_begin];
+    if (slot >= 0) {
+      const int64_t block = slot / a.block_size;
+      const int offset = static_cast<int>(slot % a.block_size);
+      const int k_pieces = a.head_size_k / 8;
+      for (int i = threadIdx.x; i < k_pieces + kDv / 8; i += kThreads) {
+        const bool is_key = i < k_pieces;
+        const int piece = is_key ? i : i - k_pieces;
+        const PagedTensor& cache = is_key ? a.k : v_slice;
+        const bf16* src =
+            is_key ? a.new_k + q_begin * a.new_k_token_stride + kv_head * a.new_k_head_stride
+                   : a.new_v + q_begin * a.new_v_token_stride + kv_head * a.new_v_head_stride +
+                         dv_offset;
+        bf16* dst = cache.base + block * cache.block_stride + offset * cache.token_stride +
+                    kv_head * cache.head_stride;
+        *reinterpret_cast<uint4*>(dst + piece * 8) =
+            *reinterpret_cast<const uint4*>(src + piece * 8);
+      }
+    }
+    __syncthreads();  // the rows are written before any copy of them is issued
+  }
+  for (int c = early; c < S::kStages - 1; ++c)
     issue(c);
+  // Query rows of this tile; rows past the sequence are zero. The loop's first barrier publishes
+  // them.
+  for (int i = threadIdx.x; i < S::kRows * (kDk / 8); i += kThreads) {
+    const int r = i / (kDk / 8);
+    const int piece = i % (kDk / 8);
+    const int row = row_begin + r;
+    uint4 value = make_uint4(0, 0, 0, 0);
+    if (r < rows_here && piece * 8 < a.head_size_k) {
+      value = *reinterpret_cast<const uint4*>(
+          a.q + (q_begin + row / a.group) * a.q_token_stride +
+          (kv_head * a.group + row % a.group) * a.q_head_stride + piece * 8);
+    }
+    *reinterpret_cast<uint4*>(q_s + r * S::kKStride + piece * 8) = value;
+  }
   for (int c = 0; c < num_chunks; ++c) {
     copy_wait<S::kStages - 2>();
     // Chunk c is visible to all, and every warp is done with chunk c - 1, whose stage is refilled.
@@ -455,13 +507,16 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(const Args a) {
   }
   __syncthreads();
 
-  const bool split_kv = a.num_splits > 1;
-  const int64_t cta = static_cast<int64_t>(blockIdx.x) * a.num_kv_heads + kv_head;
+  const bool split_kv = splits > 1;
+  // Partial results and the counter of one (sequence, KV head, V slice).
+  const int64_t cta =
+      (static_cast<int64_t>(blockIdx.x) * a.num_kv_heads + kv_head) * a.dv_slices + slice;
   const int64_t partial_index = cta * a.num_splits + split;
   float* partial_o = a.partials + partial_index * 16 * kDv;
-  float* partial_lse = a.partials +
-                       static_cast<int64_t>(gridDim.x) * a.num_kv_heads * a.num_splits * 16 * kDv +
-                       partial_index * 16;
+  float* partial_lse =
+      a.partials +
+      static_cast<int64_t>(gridDim.x) * a.num_kv_heads * a.dv_slices * a.num_splits * 16 * kDv +
+      partial_index * 16;
   for (int i = threadIdx.x; i < rows_here * kDv; i += kThreads) {
     const int r = i / kDv;
     const int d = i % kDv;
@@ -496,7 +551,7 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(const Args a) {
   __syncthreads();
   if (threadIdx.x == 0) {
     const int done = atomicAdd(&a.counters[cta], 1);
-    is_last = done == a.num_splits - 1;
+    is_last = done == splits - 1;
     if (is_last) a.counters[cta] = 0;
   }
   __syncthreads();
@@ -504,24 +559,41 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(const Args a) {
   __threadfence();
   const float* cta_o = a.partials + cta * a.num_splits * 16 * kDv;
   const float* cta_lse = partial_lse - split * 16;
+  // A warp per row turns the splits' log-sum-exps (and the sink) into weights in shared memory,
+  // with all of the row's loads in flight at once; then each output element sums its splits'
+  // partials, several loads at a time. (The stages are free by now.)
+  static_assert(kMaxDecodeSplits <= 64 && S::kMergeFloats >= 16 * kMaxDecodeSplits);
+  float* weights = reinterpret_cast<float*>(stages);  // [16][splits]
+  for (int r = warp; r < rows_here; r += kWarps) {
+    const float lse_lo = lane < splits ? __ldcg(cta_lse + lane * 16 + r) : kNegInf;
+    const float lse_hi = lane + 32 < splits ? __ldcg(cta_lse + (lane + 32) * 16 + r) : kNegInf;
+    const int head = kv_head * a.group + (row_begin + r) % a.group;
+    const float sink = a.sinks != nullptr ? a.sinks[head] * kLog2e : kNegInf;
+    float m_all = fmaxf(fmaxf(lse_lo, lse_hi), sink);
+    for (int offset = 16; offset > 0; offset /= 2)
+      m_all = fmaxf(m_all, __shfl_xor_sync(0xffffffffu, m_all, offset));
+    const float m_use = m_all == kNegInf ? 0.0f : m_all;
+    const float w_lo = exp2f(lse_lo - m_use);
+    const float w_hi = exp2f(lse_hi - m_use);
+    float l_all = w_lo + w_hi;
+    for (int offset = 16; offset > 0; offset /= 2)
+      l_all += __shfl_xor_sync(0xffffffffu, l_all, offset);
+    l_all += exp2f(sink - m_use);
+    const float scale = l_all > 0.0f ? 1.0f / l_all : 0.0f;
+    if (lane < splits) weights[r * splits + lane] = w_lo * scale;
+    if (lane + 32 < splits) weights[r * splits + lane + 32] = w_hi * scale;
+  }
+  __syncthreads();
   for (int i = threadIdx.x; i < rows_here * kDv; i += kThreads) {
     const int r = i / kDv;
     const int d = i % kDv;
     const int head = kv_head * a.group + (row_begin + r) % a.group;
-    float m_all = a.sinks != nullptr ? a.sinks[head] * kLog2e : kNegInf;
-    for (int sp = 0; sp < a.num_splits; ++sp)
-      m_all = fmaxf(m_all, __ldcg(cta_lse + sp * 16 + r));
-    const float m_use = m_all == kNegInf ? 0.0f : m_all;
-    float l_all = a.sinks != nullptr ? exp2f(a.sinks[head] * kLog2e - m_use) : 0.0f;
     float o_all = 0.0f;
-    for (int sp = 0; sp < a.num_splits; ++sp) {
-      const float weight = exp2f(__ldcg(cta_lse + sp * 16 + r) - m_use);
-      l_all += weight;
-      o_all += weight * __ldcg(cta_o + (sp * 16 + r) * kDv + d);
-    }
+#pragma unroll 8
+    for (int sp = 0; sp < splits; ++sp)
+      o_all += weights[r * splits + sp] * __ldcg(cta_o + (sp * 16 + r) * kDv + d);
     const int token = q_begin + (row_begin + r) / a.group;
-    a.out[token * a.out_token_stride + head * a.dv_total + dv_offset + d] =
-        __float2bfloat16(l_all > 0.0f ? o_all / l_all : 0.0f);
+    a.out[token * a.out_token_stride + head * a.dv_total + dv_offset + d] = __float2bfloat16(o_all);
   }
 }
 
@@ -531,6 +603,7 @@ __global__ void write_kv_kernel(const bf16* key, int64_t key_token_stride, int64
                                 int64_t value_head_stride, PagedTensor k_cache, PagedTensor v_cache,
                                 const int64_t* slot_mapping, int num_heads, int head_size_k,
                                 int head_size_v, int block_size) {
+  start_after_prior_kernels();
   const int token = blockIdx.x;
   const int64_t slot = slot_mapping[token];
   if (slot < 0) return;
@@ -593,8 +666,7 @@ struct Kernel {
                  args.dv_total, kSliceWidth);
     resident_ctas();
     const dim3 grid(num_seqs, args.num_kv_heads, row_tiles * args.num_splits * args.dv_slices);
-    kFunction<<<grid, kThreads, S::kSmemBytes, stream()>>>(args);
-    PAGODA_CUDA_CHECK_LAUNCH();
+    cuda::launch(kFunction, grid, kThreads, S::kSmemBytes, stream(), args);
   }
 };
 
@@ -623,8 +695,9 @@ constexpr int kPrefillStages = 2;
 // KV splits per decoding (sequence, KV head): when there are fewer pairs than CTAs the device
 // holds at once, enough splits to fill it in one wave, each at least four chunks long.
 int64_t choose_decode_splits(int64_t pairs, int64_t resident, int64_t max_seq_len) {
-  const int64_t by_length = std::max<int64_t>(1, max_seq_len / (4 * kDefaultChunk));
-  return std::clamp<int64_t>(std::min(resident / pairs, by_length), 1, 64);
+  const int64_t by_length =
+      std::max<int64_t>(1, max_seq_len / (kMinChunksPerSplit * kDefaultChunk));
+  return std::clamp<int64_t>(std::min(resident / pairs, by_length), 1, kMaxDecodeSplits);
 }
 
 }  // namespace
@@ -674,14 +747,7 @@ void paged_attention(const AttentionLayerParams& params, const Tensor& query, co
     PAGODA_CHECK(aligned_16(key) && aligned_16(value) && key.size(1) == hkv && key.size(2) == dk &&
                      value.size(2) == dv,
                  "key {} / value {} for the cache", key.shape(), value.shape());
-    write_kv_kernel<<<tokens, 128, 0, stream()>>>(
-        reinterpret_cast<const bf16*>(key.raw_data()), key.stride(0), key.stride(1),
-        reinterpret_cast<const bf16*>(value.raw_data()), value.stride(0), value.stride(1), k_cache,
-        v_cache, plan.slot_mapping(), static_cast<int>(hkv), static_cast<int>(dk),
-        static_cast<int>(dv), static_cast<int>(plan.block_size()));
-    PAGODA_CUDA_CHECK_LAUNCH();
   }
-
   Args args{};
   args.q = reinterpret_cast<const bf16*>(query.raw_data());
   args.q_token_stride = query.stride(0);
@@ -710,7 +776,17 @@ void paged_attention(const AttentionLayerParams& params, const Tensor& query, co
   args.block_table_stride = plan.block_table_stride();
 
   // Decodes: one row tile of 16 when the query group fits in it; otherwise they go with prefill.
+  // The decode kernel writes its tokens' K/V itself; a kernel before it writes the others'.
   const int64_t decodes = args.group <= 16 ? plan.num_decode_seqs() : 0;
+  if (key.defined() && tokens > decodes) {
+    launch(write_kv_kernel, static_cast<unsigned>(tokens - decodes), 128, 0, stream(),
+           reinterpret_cast<const bf16*>(key.raw_data()) + decodes * key.stride(0), key.stride(0),
+           key.stride(1),
+           reinterpret_cast<const bf16*>(value.raw_data()) + decodes * value.stride(0),
+           value.stride(0), value.stride(1), k_cache, v_cache, plan.slot_mapping() + decodes,
+           static_cast<int>(hkv), static_cast<int>(dk), static_cast<int>(dv),
+           static_cast<int>(plan.block_size()));
+  }
   if (decodes > 0) {
     Args d = args;
     d.seq_offset = 0;
@@ -718,6 +794,17 @@ void paged_attention(const AttentionLayerParams& params, const Tensor& query, co
         static_cast<int>(plan.fixed_decode_splits > 0
                              ? plan.fixed_decode_splits
                              : decode_splits_for(dk, dv, decodes * hkv, plan.max_seq_len()));
+    PAGODA_CHECK(d.num_splits >= 1 && d.num_splits <= kMaxDecodeSplits,
+                 "{} decode splits; at most {}", d.num_splits, kMaxDecodeSplits);
+    if (key.defined()) {
+      d.new_k = reinterpret_cast<const bf16*>(key.raw_data());
+      d.new_k_token_stride = key.stride(0);
+      d.new_k_head_stride = key.stride(1);
+      d.new_v = reinterpret_cast<const bf16*>(value.raw_data());
+      d.new_v_token_stride = value.stride(0);
+      d.new_v_head_stride = value.stride(1);
+      d.slot_mapping = plan.slot_mapping();
+    }
     if (d.num_splits > 1) {
       d.partials = plan.partials(decodes * hkv * d.num_splits * 16 * (dv + d.dv_slices));
       d.counters = plan.counters(decodes * hkv * d.dv_slices);
