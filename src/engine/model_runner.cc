@@ -172,8 +172,8 @@ Tensor ModelRunner::logits_of(const Tensor& hidden, const std::vector<int64_t>& 
   return model_.compute_logits(selected);
 }
 
-// The first step at a padded size runs eagerly (sizing every cached buffer) and then records a
-// graph; later steps at that size only upload their inputs and replay it. Padding rows are
+// The first step at a padded size runs eagerly (sizing every cached buffer), records a graph and
+// replays it; later steps at that size only upload their inputs and replay it. Padding rows are
 // sequences of one token over the null block, written nowhere; their logits are dropped.
 Tensor ModelRunner::run_decode_graph(const std::vector<const ScheduledSequence*>& ordered,
                                      const KvCacheManager& blocks) {
@@ -186,19 +186,18 @@ Tensor ModelRunner::run_decode_graph(const std::vector<const ScheduledSequence*>
   device_inputs_->fix_decode_splits(padded);
   device_inputs_->upload(inputs, padded - batch);
   std::unique_ptr<DecodeGraph>& entry = graphs_[padded];
-  Tensor logits;
-  if (entry && entry->generation == device_inputs_->generation()) {
-    entry->graph.replay();
-    logits = entry->logits;
-  } else {
-    // This step's logits leave the device before the capture, which needs their memory.
-    logits = logits_of(model_.forward(inputs), rows).narrow(0, 0, batch).to(Device::cpu());
+  if (!entry || entry->generation != device_inputs_->generation()) {
+    // An eager run sizes every cached buffer, so the capture allocates nothing; its logits are
+    // dropped to free theirs, and the replay below computes the step again (rewriting the same
+    // K/V).
+    logits_of(model_.forward(inputs), rows);
     entry = std::make_unique<DecodeGraph>();
     entry->graph.capture([&] { entry->logits = logits_of(model_.forward(inputs), rows); });
     entry->generation = device_inputs_->generation();
   }
+  entry->graph.replay();
   device_inputs_->free_decode_splits();
-  return logits.narrow(0, 0, batch);
+  return entry->logits.narrow(0, 0, batch);
 #else
   (void)ordered;
   (void)blocks;
