@@ -36,12 +36,12 @@ bool contains(const auto& ids, int64_t token) {
   return std::find(ids.begin(), ids.end(), token) != ids.end();
 }
 
-// Greedy with nothing that reads the logits beyond their argmax: no penalties, alternatives or
-// minimum length.
-bool is_plain_greedy(const SamplingParams& params) {
-  return params.greedy() && params.presence_penalty == 0.0 && params.frequency_penalty == 0.0 &&
-         params.repetition_penalty == 1.0 && params.logprobs == 0 && params.min_tokens == 0 &&
-         !params.prompt_logprobs.has_value();
+// Whether a request's next token depends on its logits alone: no penalties, alternatives or
+// prompt log-probabilities, and no minimum length still ruling out EOS.
+bool samples_from_logits(const SamplingParams& params, int64_t generated) {
+  return params.presence_penalty == 0.0 && params.frequency_penalty == 0.0 &&
+         params.repetition_penalty == 1.0 && params.logprobs == 0 &&
+         generated >= params.min_tokens && !params.prompt_logprobs.has_value();
 }
 
 // The next token of one request from its raw logits row.
@@ -167,16 +167,36 @@ std::vector<RequestDelta> Engine::step() {
   }
   counters_.peak_blocks_used = std::max(counters_.peak_blocks_used,
                                         plan_.num_blocks - kNullBlocks - blocks_.num_free_blocks());
-  // A step whose every row is a plain greedy choice is sampled where its logits are.
-  bool plain_greedy = true;
-  for (size_t i = 0; i < chunks.size() && plain_greedy; ++i) {
-    const GenerationRequest& request = entries_.at(chunks[i].request->id).request;
-    plain_greedy = !step[i].all_logits && is_plain_greedy(request.params);
+  // A step whose every row takes its token from its logits alone is sampled where its logits
+  // are, with each row's draw taken from its request's stream here. A chunk that ends inside its
+  // prompt draws nothing.
+  bool on_device = runner_.on_device();
+  for (size_t i = 0; i < chunks.size() && on_device; ++i) {
+    const Entry& entry = entries_.at(chunks[i].request->id);
+    on_device =
+        !step[i].all_logits &&
+        samples_from_logits(entry.request.params, static_cast<int64_t>(entry.result.tokens.size()));
   }
-  const RunnerOutput output = runner_.execute(step, blocks_, {.device_greedy = plain_greedy});
+  StepOptions options;
+  for (size_t i = 0; i < chunks.size() && on_device; ++i) {
+    Entry& entry = entries_.at(chunks[i].request->id);
+    const SamplingParams& params = entry.request.params;
+    const bool emits = chunks[i].first + chunks[i].num_tokens >=
+                       static_cast<int64_t>(chunks[i].request->tokens.size());
+    SamplingRow row;
+    if (emits && !params.greedy()) {
+      row = {.temperature = params.temperature,
+             .top_p = params.top_p,
+             .min_p = params.min_p,
+             .uniform = entry.rng.uniform(),
+             .top_k = std::max<int64_t>(params.top_k, 0)};
+    }
+    options.device_sampling.push_back(row);
+  }
+  const RunnerOutput output = runner_.execute(step, blocks_, options);
   scheduler_.complete(chunks);
   ++counters_.steps;
-  const bool sampled = !output.greedy_ids.empty();
+  const bool sampled = !output.sampled_ids.empty();
   const Tensor logprobs = sampled ? Tensor() : compute_logprobs(output.logits);
   const int64_t vocab = sampled ? 0 : logprobs.size(1);
   for (size_t i = 0; i < chunks.size(); ++i) {
@@ -203,7 +223,7 @@ std::vector<RequestDelta> Engine::step() {
     if (state.num_computed < static_cast<int64_t>(state.tokens.size())) continue;  // a chunk
     const int64_t last_row = output.first_row[i] + output.num_rows[i] - 1;
     const SampledToken token =
-        sampled ? SampledToken{output.greedy_ids[last_row], output.greedy_logprobs[last_row], {}}
+        sampled ? SampledToken{output.sampled_ids[last_row], output.sampled_logprobs[last_row], {}}
                 : next_token(output.logits.data<float>() + last_row * vocab,
                              logprobs.data<float>() + last_row * vocab, vocab, request, result,
                              config_, entry.rng);

@@ -144,15 +144,24 @@ RunnerOutput ModelRunner::execute(const std::vector<ScheduledSequence>& batch,
   }
   if (logits.device().is_cpu()) {
     output.logits = logits;
-  } else if (options.device_greedy) {
+  } else if (!options.device_sampling.empty()) {
 #if PAGODA_HAVE_CUDA
+    PAGODA_CHECK(options.device_sampling.size() == batch.size(),
+                 "device sampling has {} rows for {} sequences", options.device_sampling.size(),
+                 batch.size());
+    std::vector<SamplingRow> row_params(count);
+    for (size_t i = 0; i < batch.size(); ++i) {
+      PAGODA_CHECK(output.num_rows[i] == 1, "device sampling takes one logits row per sequence");
+      row_params[output.first_row[i]] = options.device_sampling[i];
+    }
     const Tensor ids = Tensor::uninitialized({count}, DType::kI32, logits.device());
     const Tensor logprobs = Tensor::uninitialized({count}, DType::kF32, logits.device());
-    cuda::argmax_logprob(logits, ids, logprobs);
+    cuda::sample(logits, row_params, ids, logprobs);
     const Tensor host_ids = ids.to(Device::cpu());
     const Tensor host_logprobs = logprobs.to(Device::cpu());
-    output.greedy_ids.assign(host_ids.data<int32_t>(), host_ids.data<int32_t>() + count);
-    output.greedy_logprobs.assign(host_logprobs.data<float>(), host_logprobs.data<float>() + count);
+    output.sampled_ids.assign(host_ids.data<int32_t>(), host_ids.data<int32_t>() + count);
+    output.sampled_logprobs.assign(host_logprobs.data<float>(),
+                                   host_logprobs.data<float>() + count);
 #endif
   } else {
     output.logits = logits.to(Device::cpu());

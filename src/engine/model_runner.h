@@ -10,6 +10,7 @@
 #include "engine/device_inputs.h"
 #include "kv/kv_cache_manager.h"
 #include "model/causal_lm.h"
+#include "ops/sampling_row.h"
 
 namespace pagoda {
 
@@ -22,9 +23,9 @@ struct ScheduledSequence {
 
 struct RunnerOutput {
   Tensor logits;  // [rows, vocab] f32 on the host; undefined when sampled on the device
-  // With StepOptions::device_greedy on a GPU: each row's argmax and its log-probability.
-  std::vector<int32_t> greedy_ids;     // [rows]
-  std::vector<float> greedy_logprobs;  // [rows]
+  // With StepOptions::device_sampling on a GPU: each row's token and its log-probability.
+  std::vector<int32_t> sampled_ids;     // [rows]
+  std::vector<float> sampled_logprobs;  // [rows]
   std::vector<int64_t> first_row;  // per scheduled sequence (caller's order): its first logits row
   std::vector<int64_t> num_rows;   // and how many rows it has
 };
@@ -38,9 +39,10 @@ struct RunnerOptions {
 };
 
 struct StepOptions {
-  // Every row is sampled greedily with nothing else read from its logits: on a GPU the argmax is
-  // taken there and the logits stay on the device.
-  bool device_greedy = false;
+  // Given when every scheduled sequence (one logits row each) takes its token from its logits
+  // alone: one entry per sequence, in the caller's order. On a GPU the tokens are then sampled
+  // there and the logits stay on the device; on the host they are ignored.
+  std::vector<SamplingRow> device_sampling;
 };
 
 class ModelRunner {
@@ -48,6 +50,9 @@ class ModelRunner {
   ModelRunner(CausalLm& model, const KvCachePlan& plan, const KvCache& cache,
               const RunnerOptions& options = {});
   ~ModelRunner();
+
+  // Whether the model runs on a GPU, where StepOptions::device_sampling applies.
+  bool on_device() const { return device_inputs_ != nullptr; }
 
   // Runs one step. Decoding sequences (one new token after a non-empty cache) go first. Every
   // sequence's blocks must already cover its tokens.

@@ -78,6 +78,11 @@ void apply_penalties(float* logits, int64_t vocab, const std::vector<int32_t>& p
 
 int32_t sample_token(const float* logits, int64_t vocab, const SamplingParams& params,
                      SamplerRng& rng) {
+  return sample_token(logits, vocab, params, params.greedy() ? 0.0 : rng.uniform());
+}
+
+int32_t sample_token(const float* logits, int64_t vocab, const SamplingParams& params,
+                     double uniform) {
   if (params.greedy()) {
     int32_t best = 0;
     for (int64_t i = 1; i < vocab; ++i) {
@@ -121,7 +126,7 @@ int32_t sample_token(const float* logits, int64_t vocab, const SamplingParams& p
   double mass = 0;
   for (int64_t i = 0; i < keep; ++i)
     mass += probs[order[i]];
-  double target = rng.uniform() * mass;
+  double target = uniform * mass;
   for (int64_t i = 0; i < keep; ++i) {
     target -= probs[order[i]];
     if (target < 0) return order[i];

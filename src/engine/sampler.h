@@ -51,5 +51,9 @@ void apply_penalties(float* logits, int64_t vocab, const std::vector<int32_t>& p
 // logits / temperature, min-p, top-k and top-p filtering, and a draw from what remains.
 int32_t sample_token(const float* logits, int64_t vocab, const SamplingParams& params,
                      SamplerRng& rng);
+// The same with the draw given: `uniform` in [0, 1) picks the token (unused when greedy). The
+// version above draws it from rng only when the request is not greedy.
+int32_t sample_token(const float* logits, int64_t vocab, const SamplingParams& params,
+                     double uniform);
 
 }  // namespace pagoda

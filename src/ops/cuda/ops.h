@@ -4,9 +4,11 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 
 #include "core/tensor.h"
 #include "ops/activation.h"
+#include "ops/sampling_row.h"
 
 namespace pagoda::cuda {
 
@@ -54,10 +56,12 @@ constexpr int64_t kMaxGemvRows = 4;
 bool gemv_applies(const Tensor& x, const Tensor& weight, const Tensor& out);
 void gemv(const Tensor& x, const Tensor& weight, const Tensor& out);
 
-// Greedy sampling: ids[r] = the argmax of logits row r (the lowest id among equal maxima) and
-// logprobs[r] its log-probability. logits: [rows, vocab] f32; ids: [rows] int32; logprobs:
+// ids[r] = the token sample_token() picks from logits row r with rows[r]'s parameters and draw
+// (a greedy row's argmax, the lowest id among equal maxima), and logprobs[r] its log-probability
+// under the raw logits. logits: [rows, vocab] f32, contiguous; ids: [rows] int32; logprobs:
 // [rows] f32.
-void argmax_logprob(const Tensor& logits, const Tensor& ids, const Tensor& logprobs);
+void sample(const Tensor& logits, std::span<const SamplingRow> rows, const Tensor& ids,
+            const Tensor& logprobs);
 
 // dst = src converted elementwise; both contiguous, same shape; f32, f16 or bf16.
 void convert(const Tensor& src, const Tensor& dst);

@@ -1,17 +1,24 @@
-// Greedy sampling on the device: each row's argmax and its log-probability, so a greedy step
-// copies two numbers per row to the host instead of the whole vocabulary.
+// Sampling on the device, so a step copies two numbers per row to the host instead of the whole
+// vocabulary. Greedy rows take the argmax. The other rows follow sample_token() on the host step
+// for step, in double as it does: the logits are sorted (most likely first, ties by the lower id,
+// one stable device-wide radix sort over all rows), and one CTA per row then finds the min-p,
+// top-k and top-p cuts and the draw on the sorted row by prefix sums.
 #include <cuda_runtime.h>
+#include <cub/device/device_radix_sort.cuh>
 
 #include <cfloat>
 #include <climits>
+#include <cstring>
 
 #include "core/cuda/context.h"
+#include "core/cuda/launch.h"
 #include "ops/cuda/ops.h"
 
 namespace pagoda::cuda {
 namespace {
 
 constexpr int kThreads = 1024;
+constexpr int kWarps = kThreads / 32;
 
 struct Best {
   float value;
@@ -23,64 +30,228 @@ __device__ __forceinline__ Best better(Best a, Best b) {
   return (b.value > a.value || (b.value == a.value && b.index < a.index)) ? b : a;
 }
 
-// One CTA per row: the argmax, then log-sum-exp relative to the maximum.
-__global__ void argmax_logprob_kernel(const float* logits, int64_t vocab, int64_t row_stride,
-                                      int32_t* ids, float* logprobs) {
-  const float* row = logits + blockIdx.x * row_stride;
-  __shared__ Best warp_best[kThreads / 32];
-  __shared__ float warp_sum[kThreads / 32];
-  __shared__ Best row_best;
-  Best best{-FLT_MAX, INT_MAX};
-  for (int64_t i = threadIdx.x; i < vocab; i += kThreads)
-    best = better(best, Best{row[i], static_cast<int>(i)});
+__device__ __forceinline__ Best warp_best(Best best) {
   for (int offset = 16; offset > 0; offset /= 2) {
     const Best other{__shfl_xor_sync(0xffffffffu, best.value, offset),
                      __shfl_xor_sync(0xffffffffu, best.index, offset)};
     best = better(best, other);
   }
+  return best;
+}
+
+// The block's sum of v, returned to every thread. `scratch` holds kWarps values.
+template <typename T>
+__device__ T block_sum(T v, T* scratch) {
+  for (int offset = 16; offset > 0; offset /= 2)
+    v += __shfl_xor_sync(0xffffffffu, v, offset);
+  __syncthreads();  // scratch may still be read by a previous call
+  if (threadIdx.x % 32 == 0) scratch[threadIdx.x / 32] = v;
+  __syncthreads();
+  T total = 0;
+  for (int w = 0; w < kWarps; ++w)
+    total += scratch[w];
+  return total;
+}
+
+// Radix-sort keys: ascending keys put a row's larger logits first, and rows in order.
+__device__ __forceinline__ uint32_t descending_bits(float value) {
+  const uint32_t bits = __float_as_uint(value);
+  const uint32_t ascending = (bits & 0x80000000u) ? ~bits : bits | 0x80000000u;
+  return ~ascending;
+}
+
+__device__ __forceinline__ float value_of(uint64_t key) {
+  const uint32_t ascending = ~static_cast<uint32_t>(key);
+  return __uint_as_float((ascending & 0x80000000u) ? ascending & 0x7fffffffu : ~ascending);
+}
+
+__global__ void make_keys_kernel(const float* logits, int64_t vocab, int64_t count, uint64_t* keys,
+                                 int32_t* ids) {
+  start_after_prior_kernels();
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < count;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    keys[i] = (static_cast<uint64_t>(i / vocab) << 32) | descending_bits(logits[i]);
+    ids[i] = static_cast<int32_t>(i % vocab);
+  }
+}
+
+// The sorted row's probabilities as sample_token() computes them, with the exponentials in f32
+// and the sums in double.
+struct SortedRow {
+  const uint64_t* keys;
+  float max;  // the row's largest logit
+  float inverse_temperature;
+  double total;  // Σ exp((logit - max) / temperature)
+
+  __device__ float weight(int64_t j) const {
+    return expf((value_of(keys[j]) - max) * inverse_temperature);
+  }
+  __device__ double probability(int64_t j) const { return weight(j) / total; }
+};
+
+// The first j < n at which the running sum of probabilities from 0 passes `target` (reaches it
+// when `inclusive`); n - 1 when none does. Each warp takes a contiguous run of the row: the warps'
+// sums place the crossing, and the warp that holds it walks its run 32 tokens at a time.
+__device__ int64_t first_crossing(const SortedRow& row, int64_t n, double target, bool inclusive,
+                                  double* scratch, unsigned long long* found) {
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
-  if (lane == 0) warp_best[warp] = best;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    Best all = warp_best[0];
-    for (int w = 1; w < kThreads / 32; ++w)
-      all = better(all, warp_best[w]);
-    row_best = all;
-  }
-  __syncthreads();
-  const float max = row_best.value;
-  float sum = 0.0f;
-  for (int64_t i = threadIdx.x; i < vocab; i += kThreads)
-    sum += expf(row[i] - max);
+  const int64_t run = (n + kWarps - 1) / kWarps;
+  const int64_t begin = warp * run < n ? warp * run : n;
+  const int64_t end = begin + run < n ? begin + run : n;
+  double sum = 0.0;
+  for (int64_t j = begin + lane; j < end; j += 32)
+    sum += row.probability(j);
   for (int offset = 16; offset > 0; offset /= 2)
     sum += __shfl_xor_sync(0xffffffffu, sum, offset);
-  if (lane == 0) warp_sum[warp] = sum;
+  __syncthreads();  // scratch may still be read by a previous reduction
+  if (lane == 0) scratch[warp] = sum;
+  if (threadIdx.x == 0) *found = static_cast<unsigned long long>(n - 1);
   __syncthreads();
+  double running = 0.0;
+  for (int w = 0; w < warp; ++w)
+    running += scratch[w];
+  auto passes = [&](double value) { return inclusive ? value >= target : value > target; };
+  if (begin < end && passes(running + sum)) {
+    for (int64_t base = begin; base < end; base += 32) {
+      const int64_t j = base + lane;
+      double p = j < end ? row.probability(j) : 0.0;
+      for (int offset = 1; offset < 32; offset *= 2) {
+        const double other = __shfl_up_sync(0xffffffffu, p, offset);
+        if (lane >= offset) p += other;
+      }
+      const unsigned hits = __ballot_sync(0xffffffffu, j < end && passes(running + p));
+      if (hits != 0) {
+        if (lane == 0) atomicMin(found, static_cast<unsigned long long>(base + __ffs(hits) - 1));
+        break;
+      }
+      running += __shfl_sync(0xffffffffu, p, 31);
+    }
+  }
+  __syncthreads();
+  return static_cast<int64_t>(*found);
+}
+
+__global__ void __launch_bounds__(kThreads)
+    sample_kernel(const float* logits, int64_t vocab, const SamplingRow* rows,
+                  const uint64_t* sorted_keys, const int32_t* sorted_ids, int32_t* out_ids,
+                  float* out_logprobs) {
+  start_after_prior_kernels();
+  __shared__ Best warp_bests[kWarps];
+  __shared__ double scratch[kWarps];
+  __shared__ float float_scratch[kWarps];
+  __shared__ unsigned long long found;
+  const SamplingRow params = rows != nullptr ? rows[blockIdx.x] : SamplingRow{};
+  const float* row = logits + blockIdx.x * vocab;
+
+  // The argmax, and the log-sum-exp of the raw logits for the sampled token's log-probability.
+  Best best{-FLT_MAX, INT_MAX};
+  for (int64_t i = threadIdx.x; i < vocab; i += kThreads)
+    best = better(best, Best{row[i], static_cast<int>(i)});
+  best = warp_best(best);
+  if (threadIdx.x % 32 == 0) warp_bests[threadIdx.x / 32] = best;
+  __syncthreads();
+  best = warp_bests[0];
+  for (int w = 1; w < kWarps; ++w)
+    best = better(best, warp_bests[w]);
+  float sum = 0.0f;
+  for (int64_t i = threadIdx.x; i < vocab; i += kThreads)
+    sum += expf(row[i] - best.value);
+  const float log_total = best.value + logf(block_sum(sum, float_scratch));
+
+  int64_t token = best.index;
+  if (params.temperature > 0.0) {
+    const uint64_t* keys = sorted_keys + blockIdx.x * vocab;
+    SortedRow sorted{keys, value_of(keys[0]), static_cast<float>(1.0 / params.temperature), 1.0};
+    // The total weight, and how many tokens are at least min_p times as likely as the first
+    // (whose weight is 1): a prefix of the sorted row.
+    double total = 0.0;
+    int64_t likely = 0;
+    for (int64_t j = threadIdx.x; j < vocab; j += kThreads) {
+      const float weight = sorted.weight(j);
+      total += weight;
+      likely += weight >= params.min_p;
+    }
+    sorted.total = block_sum(total, scratch);
+    likely = block_sum(likely, reinterpret_cast<int64_t*>(scratch));
+    int64_t keep = vocab;
+    if (params.min_p > 0.0) keep = likely > 0 ? likely : 1;
+    if (params.top_k > 0 && params.top_k < keep) keep = params.top_k;
+    if (params.top_p < 1.0) {
+      double mass = 0.0;
+      for (int64_t j = threadIdx.x; j < keep; j += kThreads)
+        mass += sorted.probability(j);
+      mass = block_sum(mass, scratch);
+      keep = first_crossing(sorted, keep, params.top_p * mass, true, scratch, &found) + 1;
+    }
+    double mass = 0.0;
+    for (int64_t j = threadIdx.x; j < keep; j += kThreads)
+      mass += sorted.probability(j);
+    mass = block_sum(mass, scratch);
+    token = sorted_ids[blockIdx.x * vocab +
+                       first_crossing(sorted, keep, params.uniform * mass, false, scratch, &found)];
+  }
   if (threadIdx.x == 0) {
-    float total = 0.0f;
-    for (int w = 0; w < kThreads / 32; ++w)
-      total += warp_sum[w];
-    ids[blockIdx.x] = row_best.index;
-    logprobs[blockIdx.x] = -logf(total);  // max - (max + log(total))
+    out_ids[blockIdx.x] = static_cast<int32_t>(token);
+    out_logprobs[blockIdx.x] = row[token] - log_total;
   }
 }
 
 }  // namespace
 
-void argmax_logprob(const Tensor& logits, const Tensor& ids, const Tensor& logprobs) {
-  PAGODA_CHECK(logits.dim() == 2 && logits.dtype() == DType::kF32 && logits.stride(1) == 1,
-               "argmax of logits {} needs [rows, vocab] f32 rows", logits.shape());
-  const int64_t rows = logits.size(0);
-  PAGODA_CHECK(ids.dtype() == DType::kI32 && ids.numel() == rows && ids.is_contiguous() &&
-                   logprobs.dtype() == DType::kF32 && logprobs.numel() == rows &&
-                   logprobs.is_contiguous(),
-               "argmax outputs");
-  if (rows == 0) return;
-  argmax_logprob_kernel<<<rows, kThreads, 0, stream()>>>(logits.data<float>(), logits.size(1),
-                                                         logits.stride(0), ids.data<int32_t>(),
-                                                         logprobs.data<float>());
-  PAGODA_CUDA_CHECK_LAUNCH();
+void sample(const Tensor& logits, std::span<const SamplingRow> rows, const Tensor& ids,
+            const Tensor& logprobs) {
+  PAGODA_CHECK(logits.dim() == 2 && logits.dtype() == DType::kF32 && logits.is_contiguous() &&
+                   !logits.device().is_cpu(),
+               "sampling needs contiguous [rows, vocab] f32 logits on a GPU; got {}",
+               logits.shape());
+  const int64_t count = logits.size(0);
+  const int64_t vocab = logits.size(1);
+  PAGODA_CHECK(static_cast<int64_t>(rows.size()) == count && ids.dtype() == DType::kI32 &&
+                   ids.numel() == count && ids.is_contiguous() && logprobs.dtype() == DType::kF32 &&
+                   logprobs.numel() == count && logprobs.is_contiguous(),
+               "sampling {} rows: parameters and outputs must have a row each", count);
+  PAGODA_CHECK(vocab > 0 && vocab < INT_MAX && count < (int64_t{1} << 31) &&
+                   count * vocab < (int64_t{1} << 31),
+               "sampling {} rows of {} logits", count, vocab);
+  if (count == 0) return;
+  const Device device = logits.device();
+  bool any_random = false;
+  for (const SamplingRow& row : rows)
+    any_random = any_random || row.temperature > 0.0;
+  // All-greedy steps need neither parameters on the device nor sorted rows.
+  Tensor params, sorted_keys, sorted_ids;
+  if (any_random) {
+    params = Tensor::empty({count * static_cast<int64_t>(sizeof(SamplingRow))}, DType::kU8);
+    std::memcpy(params.raw_data(), rows.data(), rows.size_bytes());
+    params = params.to(device);
+    // Keys (row, descending logit) sort stably, so equal logits keep the lower id first.
+    const int64_t items = count * vocab;
+    const Tensor keys = Tensor::uninitialized({items}, DType::kI64, device);
+    const Tensor order = Tensor::uninitialized({items}, DType::kI32, device);
+    sorted_keys = Tensor::uninitialized({items}, DType::kI64, device);
+    sorted_ids = Tensor::uninitialized({items}, DType::kI32, device);
+    const int blocks = static_cast<int>(std::min<int64_t>((items + 255) / 256, 4096));
+    launch(make_keys_kernel, blocks, 256, 0, stream(), logits.data<float>(), vocab, items,
+           reinterpret_cast<uint64_t*>(keys.raw_data()), order.data<int32_t>());
+    const int end_bit = 32 + std::bit_width(static_cast<uint64_t>(count - 1));
+    auto sort = [&](void* temp, size_t& temp_bytes) {
+      PAGODA_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(
+          temp, temp_bytes, reinterpret_cast<const uint64_t*>(keys.raw_data()),
+          reinterpret_cast<uint64_t*>(sorted_keys.raw_data()), order.data<int32_t>(),
+          sorted_ids.data<int32_t>(), static_cast<int>(items), 0, end_bit, stream()));
+    };
+    size_t temp_bytes = 0;
+    sort(nullptr, temp_bytes);
+    const Tensor temp =
+        Tensor::uninitialized({static_cast<int64_t>(temp_bytes) + 1}, DType::kU8, device);
+    sort(temp.raw_data(), temp_bytes);
+  }
+  launch(sample_kernel, static_cast<unsigned>(count), kThreads, 0, stream(), logits.data<float>(),
+         vocab, any_random ? reinterpret_cast<const SamplingRow*>(params.raw_data()) : nullptr,
+         any_random ? reinterpret_cast<const uint64_t*>(sorted_keys.raw_data()) : nullptr,
+         any_random ? sorted_ids.data<int32_t>() : nullptr, ids.data<int32_t>(),
+         logprobs.data<float>());
 }
 
 }  // namespace pagoda::cuda
