@@ -7,7 +7,7 @@
 #      without CUDA graphs (tolerances in tests/model/cuda_parity_test.cc);
 #   3. the decode attention micro-benchmark beside PyTorch's SDPA, the decode GEMM shapes, and
 #      `pagoda bench` of Llama-3-8B- and Gemma-4-E4B-shaped models against their weight-streaming
-#      floors.
+#      floors, greedy and (Llama) with sampling on the device.
 # Usage: bash tools/gpu_check.sh [BUILD_DIR]   (default build/release; built first when missing)
 # Logs go to $GPU_CHECK_OUT (default build/gpu-check).
 set -uo pipefail
@@ -33,7 +33,8 @@ step() {  # step NAME COMMAND...: runs it, keeps its log, records pass or fail
   fi
   tail -n 25 "$out/$name.log"
 }
-step kernels "$build/tests/pagoda_tests" --gtest_filter='CudaOpsTest.*:Shapes/CudaAttentionTest.*'
+step kernels "$build/tests/pagoda_tests" \
+  --gtest_filter='CudaOpsTest.*:Shapes/CudaAttentionTest.*:CudaSamplingTest.*'
 step parity "$build/tests/pagoda_tests" --gtest_filter='Fixtures/CudaParityTest.*'
 step attention_bench "$build/src/attention_bench"
 if python3 -c 'import torch' 2>/dev/null; then
@@ -48,6 +49,12 @@ for model in llama-3-8b gemma-4-e4b; do
       --load-format dummy --device cuda --max-model-len 4096 --batch-size 1 --input-len 512 \
       --output-len 128 --num-iters 3 "${flags[@]}"
   done
+done
+for batch in 1 64; do
+  step "bench_llama-3-8b_batch${batch}_sampled" "$build/src/pagoda" bench \
+    --model bench/configs/llama-3-8b --load-format dummy --device cuda --max-model-len 4096 \
+    --batch-size $batch --input-len 512 --output-len 128 --num-iters 2 --temperature 0.8 \
+    --top-p 0.95
 done
 step bench_llama-3-8b_batch64 "$build/src/pagoda" bench --model bench/configs/llama-3-8b \
   --load-format dummy --device cuda --max-model-len 4096 --batch-size 64 --input-len 512 \

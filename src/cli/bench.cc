@@ -29,6 +29,7 @@ struct BenchOptions {
   int64_t warmup_iters = 1;
   double floor_bandwidth_gbps = 4300.0;  // H200 device-to-device copy rate (bench/attention_bench)
   bool json = false;
+  SamplingParams sampling{.temperature = 0.0, .ignore_eos = true};  // greedy by default
   EngineFlags engine;
 };
 
@@ -53,7 +54,8 @@ IterationTimes run_iteration(Engine& engine, const BenchOptions& options, int64_
   std::uniform_int_distribution<int32_t> token(0, static_cast<int32_t>(vocab - 1));
   std::vector<GenerationRequest> requests(options.batch_size);
   for (GenerationRequest& request : requests) {
-    request.params = {.temperature = 0.0, .max_tokens = options.output_len, .ignore_eos = true};
+    request.params = options.sampling;
+    request.params.max_tokens = options.output_len;
     for (int64_t i = 0; i < options.input_len; ++i)
       request.prompt_token_ids.push_back(token(rng));
   }
@@ -340,6 +342,7 @@ void add_bench_command(CLI::App& app) {
                    "GPU copy bandwidth (GB/s) for the weight-streaming floor")
       ->capture_default_str();
   command->add_flag("--json", options->json, "One JSON object instead of a table");
+  add_sampling_filter_flags(*command, options->sampling);
   add_engine_flags(*command, options->engine);
   command->callback([options, command] { run_bench(*options, *command); });
 }

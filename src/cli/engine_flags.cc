@@ -49,6 +49,16 @@ void add_engine_flags(CLI::App& command, EngineFlags& flags) {
   add_cache_flags(command, flags.cache);
 }
 
+void add_sampling_filter_flags(CLI::App& command, SamplingParams& sampling) {
+  command.add_option("--temperature", sampling.temperature, "0: greedy")->capture_default_str();
+  command.add_option("--top-k", sampling.top_k, "Keep the k most likely tokens (0: all)")
+      ->capture_default_str();
+  command.add_option("--top-p", sampling.top_p, "Keep the most likely tokens up to this mass")
+      ->capture_default_str();
+  command.add_option("--min-p", sampling.min_p, "Drop tokens below this share of the top one")
+      ->capture_default_str();
+}
+
 Device engine_device(const EngineFlags& flags) {
   const Device device = parse_device(flags.device);
   if (device.is_cpu()) return device;

@@ -38,6 +38,9 @@ struct EngineFlags {
 
 void add_engine_flags(CLI::App& command, EngineFlags& flags);
 
+// --temperature, --top-k, --top-p and --min-p into `sampling`.
+void add_sampling_filter_flags(CLI::App& command, SamplingParams& sampling);
+
 // The device --device names. Error for an unknown name, a build without CUDA or a missing GPU.
 Device engine_device(const EngineFlags& flags);
 

@@ -206,13 +206,7 @@ void add_generate_command(CLI::App& app) {
       ->capture_default_str();
   command->add_option("--min-tokens", sampling.min_tokens, "No EOS or stop token before this many")
       ->capture_default_str();
-  command->add_option("--temperature", sampling.temperature, "0: greedy")->capture_default_str();
-  command->add_option("--top-k", sampling.top_k, "Keep the k most likely tokens (0: all)")
-      ->capture_default_str();
-  command->add_option("--top-p", sampling.top_p, "Keep the most likely tokens up to this mass")
-      ->capture_default_str();
-  command->add_option("--min-p", sampling.min_p, "Drop tokens below this share of the top one")
-      ->capture_default_str();
+  add_sampling_filter_flags(*command, sampling);
   command->add_option("--presence-penalty", sampling.presence_penalty)->capture_default_str();
   command->add_option("--frequency-penalty", sampling.frequency_penalty)->capture_default_str();
   command->add_option("--repetition-penalty", sampling.repetition_penalty)->capture_default_str();
