@@ -1,9 +1,10 @@
 // Decode attention micro-benchmark: bf16, 32 query / 8 KV heads, head size 128, one query token per
 // sequence, pages of 16 tokens, NHD. For each batch size and context length it times the CUDA
-// kernel over the cache (no K/V write) and reports the bytes of K and V it must read over the time,
-// against the device-to-device copy bandwidth measured in the same run. Pages are plain, or padded
-// by a quarter page with a runtime block stride. Inputs rotate over several disjoint block sets so
-// the L2 cache does not serve repeated runs.
+// kernel over the cache (no K/V write), captured in a CUDA graph as decode steps run it, and
+// reports the bytes of K and V it must read over the time, against the device-to-device copy
+// bandwidth measured in the same run. Pages are plain, or padded by a quarter page with a runtime
+// block stride. Inputs rotate over several disjoint block sets so the L2 cache does not serve
+// repeated runs.
 #include <cuda_runtime.h>
 #include <fmt/core.h>
 
@@ -81,7 +82,7 @@ Result run_case(const Tensor& pool, PageOrder order, int64_t page_padding, int64
                                     .head_size_v = kHead,
                                     .scale = 1.0f / std::sqrt(float{kHead})};
   Result result;
-  const double ms = bench::median_ms(7, 20, [&](int i) {
+  const double ms = bench::graph_median_ms(7, 20, [&](int i) {
     cuda::paged_attention(params, query, Tensor(), Tensor(), cache, *plans[i % sets], output);
   });
   const double bytes = double(batch) * context * kKvHeads * kHead * 2 * 2;

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/cuda/context.h"
+#include "core/cuda/graph.h"
 
 namespace pagoda::bench {
 
@@ -34,6 +35,21 @@ double median_ms(int runs, int inner, Body&& body) {
   cudaEventDestroy(start);
   cudaEventDestroy(stop);
   return times[times.size() / 2];
+}
+
+// The same for `inner` calls captured once into a CUDA graph and replayed, as a decode step's
+// graph runs its kernels: the GPU's time without the host's per-launch cost. The calls run once
+// eagerly first to size whatever they allocate, since a capture may not allocate.
+template <typename Body>
+double graph_median_ms(int runs, int inner, Body&& body) {
+  for (int i = 0; i < inner; ++i)
+    body(i);
+  cuda::Graph graph;
+  graph.capture([&] {
+    for (int i = 0; i < inner; ++i)
+      body(i);
+  });
+  return median_ms(runs, 1, [&](int) { graph.replay(); }) / inner;
 }
 
 // Bytes read plus bytes written per second of a 4 GiB device-to-device copy.

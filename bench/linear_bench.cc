@@ -1,6 +1,7 @@
 // GEMM micro-benchmark at the decode shapes of a Llama-3-8B layer (and its lm_head): bf16
 // x[M, K] · weight[N, K]ᵀ through cuBLASLt and, for M <= 4, through our matrix-vector kernel.
-// Reports the median time and the weight bytes it streams over that time, against the
+// Each is timed in a CUDA graph, as decode steps run it. Reports the median time and the weight
+// bytes it streams over that time, against the
 // device-to-device copy bandwidth measured here. Several weight copies rotate so the L2 cache never
 // holds the one being read.
 #include <cuda_runtime.h>
@@ -54,11 +55,12 @@ void run() {
       const Tensor x = random_bf16({m, c.k}, rng);
       const DType out_dtype = std::string(c.name) == "lm_head" ? DType::kF32 : DType::kBF16;
       const Tensor out = Tensor::empty({m, c.n}, out_dtype, gpu);
-      const double ms = bench::median_ms(
+      const double ms = bench::graph_median_ms(
           7, 20, [&](int i) { cuda::cublaslt_linear(x, weights[i % copies], out); });
       const bool small = cuda::gemv_applies(x, weights[0], out);
       const double gemv_ms =
-          small ? bench::median_ms(7, 20, [&](int i) { cuda::gemv(x, weights[i % copies], out); })
+          small ? bench::graph_median_ms(7, 20,
+                                         [&](int i) { cuda::gemv(x, weights[i % copies], out); })
                 : 0;
       const std::string gemv_columns = small ? fmt::format("{:.1f} | {:.1f}%", gemv_ms * 1e3,
                                                            100.0 * bytes / (gemv_ms * 1e-3) / copy)
