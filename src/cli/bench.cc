@@ -106,6 +106,9 @@ EngineFlags fit_engine_flags(const BenchOptions& options, const ModelConfig& con
   if (!(options.floor_bandwidth_gbps > 0.0)) {
     fail("--floor-bandwidth-gbps {}: must be positive", options.floor_bandwidth_gbps);
   }
+  SamplingParams sampling = options.sampling;
+  sampling.max_tokens = options.output_len;
+  sampling.validate(config.vocab_size);
   EngineFlags engine = options.engine;
   const int64_t longest = options.input_len + options.output_len;
   const int64_t max_model_len = engine.cache.max_model_len.value_or(config.max_position_embeddings);

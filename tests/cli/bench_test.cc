@@ -66,6 +66,17 @@ TEST(BenchCliTest, ChunkedPrefillStepsAreNotDecodeSteps) {
   EXPECT_EQ(report["decode_steps"], 3);
 }
 
+TEST(BenchCliTest, SampledRequestsStillRunToTheirLength) {
+  // EOS is ignored, so sampling changes the tokens but not the number of steps.
+  const CliRun run = run_bench(
+      "--batch-size 3 --input-len 5 --output-len 6 --num-iters 1 --warmup-iters 0 "
+      "--temperature 0.9 --top-k 20 --top-p 0.9 --min-p 0.01 --json");
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  const nlohmann::json report = nlohmann::json::parse(run.out);
+  EXPECT_EQ(report["prefill_steps"], 1);
+  EXPECT_EQ(report["decode_steps"], 5);
+}
+
 TEST(BenchCliTest, TableByDefault) {
   const CliRun run = run_bench("--batch-size 1 --input-len 4 --output-len 1 --num-iters 1");
   ASSERT_EQ(run.exit_code, 0) << run.err;
@@ -76,7 +87,7 @@ TEST(BenchCliTest, TableByDefault) {
   EXPECT_NE(run.out.find("dense-decoder estimate"), std::string::npos);
 }
 
-TEST(BenchCliTest, BadShapesFailWithOneLineNamingTheFlag) {
+TEST(BenchCliTest, BadShapesAndSamplingFailWithOneLineNamingTheFlag) {
   const std::pair<const char*, const char*> cases[] = {
       {"--batch-size 0 --input-len 8 --output-len 4", "--batch-size 0"},
       {"--batch-size 1 --input-len 0 --output-len 4", "--input-len 0"},
@@ -86,6 +97,8 @@ TEST(BenchCliTest, BadShapesFailWithOneLineNamingTheFlag) {
       {"--batch-size 4 --input-len 8 --output-len 4 --max-num-seqs 2", "--max-num-seqs 2"},
       {"--batch-size 4 --input-len 8 --output-len 4 --max-num-batched-tokens 3",
        "--max-num-batched-tokens 3"},
+      {"--batch-size 1 --input-len 8 --output-len 4 --temperature -1", "temperature is -1"},
+      {"--batch-size 1 --input-len 8 --output-len 4 --top-p 0", "top_p is 0"},
   };
   for (const auto& [args, expected] : cases) {
     const CliRun run = run_bench(args);
