@@ -31,9 +31,9 @@ using bf16 = __nv_bfloat16;
 constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * 32;
 constexpr int kDefaultChunk = 64;  // keys per shared-memory stage (32 for 512-wide heads' prefill)
-// A split-KV part chosen for a step is at least this many chunks long (fewer parts have less to
-// merge, more fill the device); a sequence shorter than a graph's split count assumes uses as many
-// parts as it has chunks, which latency favours.
+// A split count chosen for a step leaves each part at least this many chunks. A graph's count is
+// chosen for the longest sequence the model allows; a shorter sequence uses at most one part per
+// chunk (see the kernel), which measured faster than fewer, longer parts at batch 1.
 constexpr int kMinChunksPerSplit = 4;
 constexpr int kMaxDecodeSplits = 64;
 constexpr float kLog2e = 1.4426950408889634f;
@@ -71,7 +71,8 @@ struct Args {
   int64_t block_table_stride;
   int seq_offset;  // first sequence of this launch
   int num_splits;
-  float* partials;    // [seqs, Hkv, splits, 16, Dv] O / l, then [seqs, Hkv, splits, 16] lse
+  // [seqs, Hkv, V slices, splits, 16, kDv] O / l, then [seqs, Hkv, V slices, splits, 16] lse
+  float* partials;
   int32_t* counters;  // [seqs, Hkv, V slices]
   // Decode only: this step's K/V rows ([T, Hkv, D], rows of token t at t * stride), which the CTA
   // holding each sequence's last position writes to the cache at slot_mapping[t] first; null when
