@@ -1,0 +1,189 @@
+// The paged attention kernel's launch arguments, its shared-memory layout and the loaders that
+// queue pages of K and V into it through a window of the block table (see paged_attention.cu).
+#pragma once
+
+#include <cstdint>
+
+#include "attention/cuda/mma.cuh"
+
+namespace pagoda::cuda::attention {
+
+constexpr int kWarps = 4;
+constexpr int kThreads = kWarps * 32;
+constexpr int kTableWindow = 1024;  // block-table entries a CTA keeps in shared memory
+
+// One of K or V in the cache. Element offsets; the page of block b starts at b * block_stride.
+struct PagedTensor {
+  bf16* base;
+  int64_t block_stride;
+  int64_t token_stride;
+  int64_t head_stride;
+};
+
+struct Args {
+  const bf16* q;  // [T, Hq, Dk]
+  int64_t q_token_stride;
+  int64_t q_head_stride;
+  PagedTensor k, v;
+  bf16* out;  // [T, Hq * Dv]
+  int64_t out_token_stride;
+  const float* sinks;  // [Hq] or null
+  float scale;
+  float softcap;  // 0: none
+  int window;     // 0: full attention
+  int num_kv_heads;
+  int group;        // query heads per KV head
+  int head_size_k;  // K's width; the kernel's kDk may be wider, the rest zero
+  int dv_total;     // V's width; each CTA computes kDv columns of it
+  int dv_slices;    // dv_total / kDv
+  int block_size;
+  int block_shift;  // log2(block_size) when a power of two, else -1
+  const int32_t* query_start;
+  const int32_t* seq_lens;
+  const int32_t* block_table;
+  int64_t block_table_stride;
+  int seq_offset;  // first sequence of this launch
+  int num_splits;
+  // [seqs, Hkv, V slices, splits, 16, kDv] O / l, then [seqs, Hkv, V slices, splits, 16] lse
+  float* partials;
+  int32_t* counters;  // [seqs, Hkv, V slices]
+  // Decode only: this step's K/V rows ([T, Hkv, D], rows of token t at t * stride), which the CTA
+  // holding each sequence's last position writes to the cache at slot_mapping[t] first; null when
+  // a separate kernel writes them (or there are none).
+  const bf16* new_k;
+  int64_t new_k_token_stride;
+  int64_t new_k_head_stride;
+  const bf16* new_v;
+  int64_t new_v_token_stride;
+  int64_t new_v_head_stride;
+  const int64_t* slot_mapping;
+};
+
+template <int kDk, int kDv, int kRowTiles, int kStageCount, int kChunkKeys>
+struct Shape {
+  static constexpr int kChunk = kChunkKeys;
+  static constexpr int kRows = 16 * kRowTiles;
+  static constexpr int kKeyGroups = kWarps / kRowTiles;
+  static constexpr int kKeysPerWarp = kChunk / kKeyGroups;
+  static constexpr int kKStride = kDk + 8;  // padded rows: ldmatrix without bank conflicts
+  static constexpr int kVStride = kDv + 8;
+  static constexpr int kQElems = kRows * kKStride;
+  static constexpr int kStageElems = kChunk * (kKStride + kVStride);
+  static constexpr int kStages = kStageCount;
+  static constexpr int kMergeFloats = kKeyGroups * kRows * (kDv + 2);
+  // Q, then the K/V stages and the table window; the merge reuses the stages.
+  static constexpr int kSmemBytes =
+      kQElems * 2 + (kStages * kStageElems * 2 + kTableWindow * 4 > kMergeFloats * 4
+                         ? kStages * kStageElems * 2 + kTableWindow * 4
+                         : kMergeFloats * 4);
+};
+
+// The CTA's window of its sequence's block table, in shared memory: block ids of pages
+// [first_page, first_page + kTableWindow). Loads address pages through it, so no copy waits on a
+// global read of the table.
+
+struct TableWindow {
+  int32_t* pages;  // [kTableWindow] shared
+  int first_page = 0;
+};
+
+// Fills the window from `first_page`; every thread takes part, and a barrier follows.
+__device__ inline void fill_window(const Args& a, int seq, int first_page, TableWindow& window) {
+  const int32_t* table = a.block_table + seq * a.block_table_stride;
+  const int last = static_cast<int>(min(a.block_table_stride, int64_t{first_page} + kTableWindow));
+  for (int i = threadIdx.x; i < last - first_page; i += kThreads)
+    window.pages[i] = table[first_page + i];
+  window.first_page = first_page;
+  __syncthreads();
+}
+
+// Element offset of position `pos`'s row in one of K or V, head `kv_head`.
+__device__ __forceinline__ int64_t row_offset(const Args& a, const PagedTensor& t,
+                                              const TableWindow& window, int pos, int kv_head) {
+  const int page = a.block_shift >= 0 ? pos >> a.block_shift : pos / a.block_size;
+  const int64_t block = window.pages[page - window.first_page];
+  return block * t.block_stride + (pos - page * a.block_size) * t.token_stride +
+         kv_head * t.head_stride;
+}
+
+// K and V rows of equal width at the same offsets from their bases (one cache tensor holding
+// both): one address computation serves the two copies.
+template <int kDim, int kChunk>
+__device__ __forceinline__ void load_paired_rows(const Args& a, const TableWindow& window,
+                                                 int kv_head, int first, int end, bf16* k_stage,
+                                                 bf16* v_stage) {
+  constexpr int kPieces = kDim / 8;
+  constexpr int kStride = kDim + 8;
+  constexpr int kKeyStep = kThreads / kPieces;
+  const int piece = threadIdx.x % kPieces;
+  const int key0 = threadIdx.x / kPieces;
+#pragma unroll
+  for (int j = 0; j < kChunk / kKeyStep; ++j) {
+    const int key = key0 + j * kKeyStep;
+    const int pos = first + key;
+    const bool valid = pos < end;
+    const int64_t offset = valid ? row_offset(a, a.k, window, pos, kv_head) + piece * 8 : 0;
+    copy_16(k_stage + key * kStride + piece * 8, a.k.base + offset, valid);
+    copy_16(v_stage + key * kStride + piece * 8, a.v.base + offset, valid);
+  }
+}
+
+// Queues the copy of `kDim`-wide rows of keys [first, first + kChunk) of `t` (those below `end`;
+// the rest zero-filled) into `stage` [kChunk][kDim + 8]. Each thread keeps one 16-byte piece of a
+// row and steps over keys, so the piece offset is computed once.
+template <int kDim, int kChunk>
+__device__ __forceinline__ void load_rows(const Args& a, const PagedTensor& t,
+                                          const TableWindow& window, int kv_head, int first,
+                                          int end, int width, bf16* stage) {
+  constexpr int kPieces = kDim / 8;
+  const int used_pieces = width / 8;  // pieces past the row's width are zero
+  constexpr int kStride = kDim + 8;
+  if constexpr (kThreads % kPieces == 0) {
+    constexpr int kKeyStep = kThreads / kPieces;
+    const int piece = threadIdx.x % kPieces;
+    const int key0 = threadIdx.x / kPieces;
+#pragma unroll
+    for (int j = 0; j < kChunk / kKeyStep; ++j) {
+      const int key = key0 + j * kKeyStep;
+      const int pos = first + key;
+      const bool valid = pos < end && piece < used_pieces;
+      const bf16* src =
+          valid ? t.base + row_offset(a, t, window, pos, kv_head) + piece * 8 : t.base;
+      copy_16(stage + key * kStride + piece * 8, src, valid);
+    }
+  } else {
+#pragma unroll 4
+    for (int i = threadIdx.x; i < kChunk * kPieces; i += kThreads) {
+      const int key = i / kPieces;
+      const int piece = i % kPieces;
+      const int pos = first + key;
+      const bool valid = pos < end && piece < used_pieces;
+      const bf16* src =
+          valid ? t.base + row_offset(a, t, window, pos, kv_head) + piece * 8 : t.base;
+      copy_16(stage + key * kStride + piece * 8, src, valid);
+    }
+  }
+}
+
+// Queues keys [first, first + kChunk) of K and V into one stage, moving the table window first
+// when the chunk's pages run past it.
+template <int kDk, int kDv, int kChunk>
+__device__ void load_chunk(const Args& a, const PagedTensor& v, int seq, int kv_head, int first,
+                           int end, TableWindow& window, bf16* k_stage, bf16* v_stage) {
+  const int last_pos = min(first + kChunk, end) - 1;
+  if (last_pos / a.block_size >= window.first_page + kTableWindow) {
+    __syncthreads();  // every copy from the old window has been issued
+    fill_window(a, seq, first / a.block_size, window);
+  }
+  if constexpr (kDk == kDv && kThreads % (kDk / 8) == 0) {
+    if (a.head_size_k == kDk && a.dv_slices == 1 && a.k.block_stride == a.v.block_stride &&
+        a.k.token_stride == a.v.token_stride && a.k.head_stride == a.v.head_stride) {
+      load_paired_rows<kDk, kChunk>(a, window, kv_head, first, end, k_stage, v_stage);
+      return;
+    }
+  }
+  load_rows<kDk, kChunk>(a, a.k, window, kv_head, first, end, a.head_size_k, k_stage);
+  load_rows<kDv, kChunk>(a, v, window, kv_head, first, end, kDv, v_stage);
+}
+
+}  // namespace pagoda::cuda::attention
