@@ -46,24 +46,18 @@ LlamaModel::LlamaModel(const ModelConfig& config, WeightSource& weights,
                  : weights.get("lm_head.weight", {vocab, hidden});
 }
 
-// Each residual add is fused with the norm that follows it (the next layer's input norm, or the
-// final norm).
 Tensor LlamaModel::forward(const ForwardBatch& batch) {
   const int64_t tokens = static_cast<int64_t>(batch.token_ids.size());
   const Device device = embed_tokens_.device();
   Tensor hidden =
       Tensor::uninitialized({tokens, embed_tokens_.size(1)}, ops::activation_dtype(device), device);
   ops::embedding(embed_tokens_, batch.token_ids, batch.device_token_ids, 1.0f, hidden);
-  Tensor normed = ops::like(hidden, hidden.shape());
-  layers_[0].input_norm.apply(hidden, normed);
-  for (size_t i = 0; i < layers_.size(); ++i) {
-    const Layer& layer = layers_[i];
-    const Tensor attended = layer.attention->forward(normed, batch, static_cast<int64_t>(i));
-    layer.post_attention_norm.add_apply(hidden, attended, normed);
-    const Tensor mlp = layer.mlp.forward(normed);
-    (i + 1 < layers_.size() ? layers_[i + 1].input_norm : norm_).add_apply(hidden, mlp, normed);
-  }
-  return normed;
+  return pre_norm_layers(
+      hidden, layers_, norm_,
+      [&](const Layer& layer, const Tensor& x, int64_t i) {
+        return layer.attention->forward(x, batch, i);
+      },
+      [](const Layer& layer, const Tensor& x) { return layer.mlp.forward(x); });
 }
 
 Tensor LlamaModel::compute_logits(const Tensor& hidden) {

@@ -192,16 +192,14 @@ Tensor MiMoV2FlashModel::forward(const ForwardBatch& batch) {
   Tensor hidden =
       Tensor::uninitialized({tokens, embed_tokens_.size(1)}, ops::activation_dtype(device), device);
   ops::embedding(embed_tokens_, batch.token_ids, batch.device_token_ids, 1.0f, hidden);
-  Tensor normed = ops::like(hidden, hidden.shape());
-  for (size_t i = 0; i < layers_.size(); ++i) {
-    const Layer& layer = layers_[i];
-    layer.input_norm.apply(hidden, normed);
-    ops::add_in_place(hidden, layer.attention->forward(normed, batch, static_cast<int64_t>(i)));
-    layer.post_attention_norm.apply(hidden, normed);
-    ops::add_in_place(hidden, layer.moe ? run_moe(*layer.moe, normed) : layer.mlp->forward(normed));
-  }
-  norm_.apply(hidden, hidden);
-  return hidden;
+  return pre_norm_layers(
+      hidden, layers_, norm_,
+      [&](const Layer& layer, const Tensor& x, int64_t i) {
+        return layer.attention->forward(x, batch, i);
+      },
+      [](const Layer& layer, const Tensor& x) {
+        return layer.moe ? run_moe(*layer.moe, x) : layer.mlp->forward(x);
+      });
 }
 
 Tensor MiMoV2FlashModel::compute_logits(const Tensor& hidden) {

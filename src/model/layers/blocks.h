@@ -9,6 +9,7 @@
 #include "attention/cpu/cpu_attention.h"
 #include "model/causal_lm.h"
 #include "ops/cpu/ops.h"
+#include "ops/ops.h"
 #include "ops/rope.h"
 
 namespace pagoda {
@@ -85,6 +86,30 @@ class SelfAttention {
   Tensor device_frequencies_;  // [rotary_dim / 2] f32, for a model on a GPU
   Tensor device_sinks_;        // [num_q_heads] f32, likewise
 };
+
+// Pre-norm decoder layers over the embedded `hidden` [T, hidden], in place: per layer, hidden +=
+// attend(layer, input_norm(hidden), index), then hidden += feed_forward(layer,
+// post_attention_norm(hidden)). Each residual add is fused with the norm that follows it (the next
+// layer's input norm, or final_norm). Returns final_norm(hidden). Layer has input_norm and
+// post_attention_norm.
+template <typename Layer, typename Attend, typename FeedForward>
+Tensor pre_norm_layers(const Tensor& hidden, const std::vector<Layer>& layers,
+                       const RmsNorm& final_norm, Attend&& attend, FeedForward&& feed_forward) {
+  Tensor normed = ops::like(hidden, hidden.shape());
+  if (layers.empty()) {
+    final_norm.apply(hidden, normed);
+    return normed;
+  }
+  layers.front().input_norm.apply(hidden, normed);
+  for (size_t i = 0; i < layers.size(); ++i) {
+    const Layer& layer = layers[i];
+    layer.post_attention_norm.add_apply(hidden, attend(layer, normed, static_cast<int64_t>(i)),
+                                        normed);
+    const RmsNorm& next = i + 1 < layers.size() ? layers[i + 1].input_norm : final_norm;
+    next.add_apply(hidden, feed_forward(layer, normed), normed);
+  }
+  return normed;
+}
 
 // For each token, the experts routed to and their weights.
 using ExpertChoices = std::vector<std::vector<std::pair<int64_t, float>>>;
