@@ -6,6 +6,8 @@
 #include <cuda_runtime.h>
 #include <cub/device/device_radix_sort.cuh>
 
+#include <algorithm>
+#include <bit>
 #include <cfloat>
 #include <climits>
 #include <cstring>
