@@ -187,19 +187,10 @@ Tensor MiMoV2FlashModel::run_moe(const Moe& moe, const Tensor& x) {
 }
 
 Tensor MiMoV2FlashModel::forward(const ForwardBatch& batch) {
-  const int64_t tokens = static_cast<int64_t>(batch.token_ids.size());
-  const Device device = embed_tokens_.device();
-  Tensor hidden =
-      Tensor::uninitialized({tokens, embed_tokens_.size(1)}, ops::activation_dtype(device), device);
-  ops::embedding(embed_tokens_, batch.token_ids, batch.device_token_ids, 1.0f, hidden);
-  return pre_norm_layers(
-      hidden, layers_, norm_,
-      [&](const Layer& layer, const Tensor& x, int64_t i) {
-        return layer.attention->forward(x, batch, i);
-      },
-      [](const Layer& layer, const Tensor& x) {
-        return layer.moe ? run_moe(*layer.moe, x) : layer.mlp->forward(x);
-      });
+  return pre_norm_decoder(batch, embed_tokens_, layers_, norm_,
+                          [](const Layer& layer, const Tensor& x) {
+                            return layer.moe ? run_moe(*layer.moe, x) : layer.mlp->forward(x);
+                          });
 }
 
 Tensor MiMoV2FlashModel::compute_logits(const Tensor& hidden) {

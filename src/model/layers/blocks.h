@@ -87,14 +87,20 @@ class SelfAttention {
   Tensor device_sinks_;        // [num_q_heads] f32, likewise
 };
 
-// Pre-norm decoder layers over the embedded `hidden` [T, hidden], in place: per layer, hidden +=
-// attend(layer, input_norm(hidden), index), then hidden += feed_forward(layer,
+// A pre-norm decoder over the batch's tokens: hidden = embed(tokens); per layer, hidden +=
+// layer.attention(input_norm(hidden)), then hidden += feed_forward(layer,
 // post_attention_norm(hidden)). Each residual add is fused with the norm that follows it (the next
-// layer's input norm, or final_norm). Returns final_norm(hidden). Layer has input_norm and
-// post_attention_norm.
-template <typename Layer, typename Attend, typename FeedForward>
-Tensor pre_norm_layers(const Tensor& hidden, const std::vector<Layer>& layers,
-                       const RmsNorm& final_norm, Attend&& attend, FeedForward&& feed_forward) {
+// layer's input norm, or final_norm). Returns final_norm(hidden). Layer has input_norm, attention
+// (a SelfAttention pointer) and post_attention_norm.
+template <typename Layer, typename FeedForward>
+Tensor pre_norm_decoder(const ForwardBatch& batch, const Tensor& embed_tokens,
+                        const std::vector<Layer>& layers, const RmsNorm& final_norm,
+                        FeedForward&& feed_forward) {
+  const int64_t tokens = static_cast<int64_t>(batch.token_ids.size());
+  const Device device = embed_tokens.device();
+  const Tensor hidden =
+      Tensor::uninitialized({tokens, embed_tokens.size(1)}, ops::activation_dtype(device), device);
+  ops::embedding(embed_tokens, batch.token_ids, batch.device_token_ids, 1.0f, hidden);
   Tensor normed = ops::like(hidden, hidden.shape());
   if (layers.empty()) {
     final_norm.apply(hidden, normed);
@@ -103,8 +109,8 @@ Tensor pre_norm_layers(const Tensor& hidden, const std::vector<Layer>& layers,
   layers.front().input_norm.apply(hidden, normed);
   for (size_t i = 0; i < layers.size(); ++i) {
     const Layer& layer = layers[i];
-    layer.post_attention_norm.add_apply(hidden, attend(layer, normed, static_cast<int64_t>(i)),
-                                        normed);
+    layer.post_attention_norm.add_apply(
+        hidden, layer.attention->forward(normed, batch, static_cast<int64_t>(i)), normed);
     const RmsNorm& next = i + 1 < layers.size() ? layers[i + 1].input_norm : final_norm;
     next.add_apply(hidden, feed_forward(layer, normed), normed);
   }
