@@ -1,5 +1,6 @@
 // Inline PTX the paged attention kernel is built from: cp.async copies into shared memory,
-// ldmatrix, the m16n8k16 bf16 tensor-core product and the special-function-unit exp2 (sm_80+).
+// ldmatrix, the m16n8k16 and m16n8k8 bf16 tensor-core products and the special-function-unit exp2
+// (sm_80+).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -32,6 +33,16 @@ __device__ __forceinline__ void load_matrix_x4(uint32_t (&r)[4], const bf16* p) 
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(smem_address(p)));
 }
+__device__ __forceinline__ void load_matrix_x2(uint32_t (&r)[2], const bf16* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];\n"
+               : "=r"(r[0]), "=r"(r[1])
+               : "r"(smem_address(p)));
+}
+__device__ __forceinline__ void load_matrix_x2_trans(uint32_t (&r)[2], const bf16* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2];\n"
+               : "=r"(r[0]), "=r"(r[1])
+               : "r"(smem_address(p)));
+}
 __device__ __forceinline__ void load_matrix_x4_trans(uint32_t (&r)[4], const bf16* p) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
@@ -46,6 +57,15 @@ __device__ __forceinline__ void mma(float (&c)[4], const uint32_t (&a)[4], uint3
       "{%8, %9}, {%0, %1, %2, %3};\n"
       : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// c += a · b for a 16x8 bf16 A (row-major, two registers), an 8x8 bf16 B (column-major), f32 C.
+__device__ __forceinline__ void mma_k8(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t b) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k8.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5}, {%6}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a0), "r"(a1), "r"(b));
 }
 
 __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {

@@ -1,21 +1,21 @@
-// Paged attention on tensor cores (mma.sync m16n8k16, bf16 in, f32 accumulate).
+// Paged attention on tensor cores (mma.sync m16n8k16 and m16n8k8, bf16 in, f32 accumulate).
 //
-// A CTA of 4 warps serves one (sequence, KV head, row tile, KV split). Its query rows are the
+// A CTA serves one (sequence, KV head, row tile, KV split). Its query rows are the
 // (token, head-in-group) pairs of that KV head's query group, token-major, so a decode token of a
 // 32q/8kv model fills 4 of the 16 rows of an mma tile and the KV head's pages are read once for
 // all 4 query heads. Keys stream through shared memory in chunks of 64, double-buffered with
 // cp.async (16-byte copies; keys past the range are zero-filled). Each key's address comes from
 // the block table and the cache's runtime block / token / head strides.
 //
-// Decode (kRowTiles = 1): the 4 warps share one row tile and take 16 keys of each chunk apiece;
-// their online-softmax states are merged through shared memory at the end. Long contexts split
-// across CTAs; each writes a partial (O / l, log2-sum-exp) and the last CTA of a (sequence, KV
-// head) to finish merges them, found through a counter it resets for the next launch.
-// Prefill (kRowTiles = 4): each warp owns 16 of 64 rows and reads every key of each chunk.
+// Decode (kRowTiles = 1): 8 warps share one row tile and take 8 keys of each chunk apiece, so a
+// CTA's chain of dependent instructions per chunk is short; their online-softmax states are merged
+// through shared memory at the end. Long contexts split across CTAs; each writes a partial (O / l,
+// log2-sum-exp) and the last CTA of a (sequence, KV head) to finish merges them, found through a
+// counter it resets for the next launch. Prefill (kRowTiles = 4): each of 4 warps owns 16 of 64
+// rows and reads every key of each chunk.
 #include <cuda_bf16.h>
 
 #include <algorithm>
-#include <bit>
 #include <cmath>
 
 #include "attention/cuda/attention_plan.h"
@@ -39,8 +39,10 @@ constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kNegInf = -INFINITY;
 
 template <int kDk, int kDv, int kRowTiles, int kStages, int kChunkKeys>
-__global__ void __launch_bounds__(kThreads) attention_kernel(const Args a) {
+__global__ void __launch_bounds__(Shape<kDk, kDv, kRowTiles, kStages, kChunkKeys>::kThreads)
+    attention_kernel(const Args a) {
   using S = Shape<kDk, kDv, kRowTiles, kStages, kChunkKeys>;
+  constexpr int kThreads = S::kThreads;
   constexpr int kChunk = S::kChunk;
   extern __shared__ uint4 shared_raw[];
   bf16* q_s = reinterpret_cast<bf16*>(shared_raw);  // [kRows][kKStride]
@@ -104,15 +106,15 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(const Args a) {
   auto issue = [&](int chunk) {
     if (chunk < num_chunks) {
       bf16* stage = stages + (chunk % S::kStages) * S::kStageElems;
-      load_chunk<kDk, kDv, kChunk>(a, v_slice, seq, kv_head, start + chunk * kChunk, end, window,
-                                   stage, stage + kChunk * S::kKStride);
+      load_chunk<kDk, kDv, kChunk, kThreads>(a, v_slice, seq, kv_head, start + chunk * kChunk, end,
+                                             window, stage, stage + kChunk * S::kKStride);
     }
     copy_commit();  // an empty group keeps the count of groups per chunk fixed
   };
   // Until the kernels before this one finish, only what they cannot write is read: the step's
   // metadata, and pages of positions cached before this step's tokens (earlier kernels write K/V
   // only at this step's positions). The first chunks of those load while the kernels finish.
-  if (num_chunks > 0) fill_window(a, seq, start / a.block_size, window);
+  if (num_chunks > 0) fill_window<kThreads>(a, seq, a.block_divisor.divide(start), window);
   int early = 0;
   while (early < S::kStages - 1 && early < num_chunks &&
          start + (early + 1) * kChunk <= first_pos) {
@@ -176,13 +178,19 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(const Args a) {
       uint32_t qa[4];
       load_matrix_x4(qa,
                      q_s + (warp_rows * 16 + lane % 16) * S::kKStride + kc * 16 + (lane / 16) * 8);
+      if constexpr (kTiles == 1) {
+        uint32_t kb[2];
+        load_matrix_x2(kb, k_warp + (lane % 8) * S::kKStride + kc * 16 + ((lane / 8) % 2) * 8);
+        mma(s[0], qa, kb[0], kb[1]);
+      } else {
 #pragma unroll
-      for (int j = 0; j < kTiles; j += 2) {
-        uint32_t kb[4];
-        load_matrix_x4(kb, k_warp + ((j + lane / 16) * 8 + lane % 8) * S::kKStride + kc * 16 +
-                               ((lane / 8) % 2) * 8);
-        mma(s[j], qa, kb[0], kb[1]);
-        mma(s[j + 1], qa, kb[2], kb[3]);
+        for (int j = 0; j < kTiles; j += 2) {
+          uint32_t kb[4];
+          load_matrix_x4(kb, k_warp + ((j + lane / 16) * 8 + lane % 8) * S::kKStride + kc * 16 +
+                                 ((lane / 8) % 2) * 8);
+          mma(s[j], qa, kb[0], kb[1]);
+          mma(s[j + 1], qa, kb[2], kb[3]);
+        }
       }
     }
 
@@ -240,20 +248,44 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(const Args a) {
     }
 
     // O += P · V, P taken from the score accumulators as the A operand.
+    if constexpr (kTiles == 1) {
+      // 8 keys: k8 products, four V column tiles per ldmatrix (two for 16-wide V).
+      const uint32_t p0 = pack_bf16(s[0][0], s[0][1]);
+      const uint32_t p1 = pack_bf16(s[0][2], s[0][3]);
+      constexpr int kTilesPerLoad = kDv / 8 % 4 == 0 ? 4 : 2;
 #pragma unroll
-    for (int kk = 0; kk < S::kKeysPerWarp / 16; ++kk) {
-      uint32_t pa[4];
-      pa[0] = pack_bf16(s[2 * kk][0], s[2 * kk][1]);
-      pa[1] = pack_bf16(s[2 * kk][2], s[2 * kk][3]);
-      pa[2] = pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-      pa[3] = pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+      for (int d = 0; d < kDv / 8; d += kTilesPerLoad) {
+        const bf16* v_rows =
+            v_warp + (lane % 8) * S::kVStride + (d + (lane / 8) % kTilesPerLoad) * 8;
+        if constexpr (kTilesPerLoad == 4) {
+          uint32_t vb[4];
+          load_matrix_x4_trans(vb, v_rows);
 #pragma unroll
-      for (int d = 0; d < kDv / 8; d += 2) {
-        uint32_t vb[4];
-        load_matrix_x4_trans(vb,
-                             v_warp + (kk * 16 + lane % 16) * S::kVStride + (d + lane / 16) * 8);
-        mma(o[d], pa, vb[0], vb[1]);
-        mma(o[d + 1], pa, vb[2], vb[3]);
+          for (int t = 0; t < 4; ++t)
+            mma_k8(o[d + t], p0, p1, vb[t]);
+        } else {
+          uint32_t vb[2];
+          load_matrix_x2_trans(vb, v_rows);
+          mma_k8(o[d], p0, p1, vb[0]);
+          mma_k8(o[d + 1], p0, p1, vb[1]);
+        }
+      }
+    } else {
+#pragma unroll
+      for (int kk = 0; kk < S::kKeysPerWarp / 16; ++kk) {
+        uint32_t pa[4];
+        pa[0] = pack_bf16(s[2 * kk][0], s[2 * kk][1]);
+        pa[1] = pack_bf16(s[2 * kk][2], s[2 * kk][3]);
+        pa[2] = pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+        pa[3] = pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+#pragma unroll
+        for (int d = 0; d < kDv / 8; d += 2) {
+          uint32_t vb[4];
+          load_matrix_x4_trans(vb,
+                               v_warp + (kk * 16 + lane % 16) * S::kVStride + (d + lane / 16) * 8);
+          mma(o[d], pa, vb[0], vb[1]);
+          mma(o[d + 1], pa, vb[2], vb[3]);
+        }
       }
     }
   }
@@ -338,7 +370,7 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(const Args a) {
   // partials, several loads at a time. (The stages are free by now.)
   static_assert(kMaxDecodeSplits <= 64 && S::kMergeFloats >= 16 * kMaxDecodeSplits);
   float* weights = reinterpret_cast<float*>(stages);  // [16][splits]
-  for (int r = warp; r < rows_here; r += kWarps) {
+  for (int r = warp; r < rows_here; r += S::kWarps) {
     const float lse_lo = lane < splits ? __ldcg(cta_lse + lane * 16 + r) : kNegInf;
     const float lse_hi = lane + 32 < splits ? __ldcg(cta_lse + (lane + 32) * 16 + r) : kNegInf;
     const int head = kv_head * a.group + (row_begin + r) % a.group;
@@ -401,7 +433,12 @@ __global__ void write_kv_kernel(const bf16* key, int64_t key_token_stride, int64
 }
 
 PagedTensor paged_view(const Tensor& view) {
-  // view: [num_blocks, block_size, num_kv_heads, head_size], unit inner stride.
+  // view: [num_blocks, block_size, num_kv_heads, head_size], unit inner stride. The kernel keeps
+  // offsets inside a page in 32 bits.
+  const int64_t last_in_page =
+      (view.size(1) - 1) * view.stride(1) + (view.size(2) - 1) * view.stride(2) + view.size(3);
+  PAGODA_CHECK(last_in_page < (int64_t{1} << 31), "a KV page of {} elements is too large",
+               last_in_page);
   return {reinterpret_cast<bf16*>(view.raw_data()), view.stride(0), view.stride(1), view.stride(2)};
 }
 
@@ -419,28 +456,25 @@ struct Kernel {
   static constexpr int kSliceWidth = kDv;
   static constexpr auto kFunction = attention_kernel<kDk, kDv, kRowTiles, kStages, kChunk>;
 
-  // Sets the shared-memory limits once; returns how many CTAs fit on the device at a time.
-  static int64_t resident_ctas() {
-    static const int64_t ctas = [] {
+  // Raises the kernel's shared-memory limit, once.
+  static void prepare() {
+    static const bool prepared = [] {
       PAGODA_CUDA_CHECK(cudaFuncSetAttribute(kFunction, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                              S::kSmemBytes));
       PAGODA_CUDA_CHECK(cudaFuncSetAttribute(kFunction,
                                              cudaFuncAttributePreferredSharedMemoryCarveout,
                                              cudaSharedmemCarveoutMaxShared));
-      int per_sm = 0;
-      PAGODA_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kFunction, kThreads,
-                                                                      S::kSmemBytes));
-      return int64_t{per_sm} * multiprocessor_count();
+      return true;
     }();
-    return ctas;
+    (void)prepared;
   }
 
   static void launch(const Args& args, int num_seqs, int row_tiles) {
     PAGODA_CHECK(args.dv_slices * kSliceWidth == args.dv_total, "V of {} in slices of {}",
                  args.dv_total, kSliceWidth);
-    resident_ctas();
+    prepare();
     const dim3 grid(num_seqs, args.num_kv_heads, row_tiles * args.num_splits * args.dv_slices);
-    cuda::launch(kFunction, grid, kThreads, S::kSmemBytes, stream(), args);
+    cuda::launch(kFunction, grid, S::kThreads, S::kSmemBytes, stream(), args);
   }
 };
 
@@ -466,22 +500,23 @@ void with_kernel(int64_t dk, int64_t dv, Body&& body) {
 constexpr int kDecodeStages = 3;
 constexpr int kPrefillStages = 2;
 
-// KV splits per decoding (sequence, KV head): when there are fewer pairs than CTAs the device
-// holds at once, enough splits to fill it in one wave, each at least four chunks long.
-int64_t choose_decode_splits(int64_t pairs, int64_t resident, int64_t max_seq_len) {
+// KV splits per decoding (sequence, KV head): when there are fewer pairs than multiprocessors,
+// enough splits to give each one a CTA, each at least four chunks long. Filling every resident
+// slot instead (two CTAs a multiprocessor) measured slower: the split merge costs more than the
+// second CTA gains.
+int64_t choose_decode_splits(int64_t pairs, int64_t max_seq_len) {
   const int64_t by_length =
       std::max<int64_t>(1, max_seq_len / (kMinChunksPerSplit * kDefaultChunk));
-  return std::clamp<int64_t>(std::min(resident / pairs, by_length), 1, kMaxDecodeSplits);
+  return std::clamp<int64_t>(std::min(multiprocessor_count() / pairs, by_length), 1,
+                             kMaxDecodeSplits);
 }
 
 }  // namespace
 
 int64_t decode_splits_for(int64_t head_size_k, int64_t head_size_v, int64_t pairs,
                           int64_t max_seq_len) {
-  int64_t resident = 0;
-  with_kernel<1, kDecodeStages>(head_size_k, head_size_v,
-                                [&](auto kernel) { resident = kernel.resident_ctas(); });
-  return choose_decode_splits(pairs, resident, max_seq_len);
+  with_kernel<1, kDecodeStages>(head_size_k, head_size_v, [](auto) {});  // known sizes only
+  return choose_decode_splits(pairs, max_seq_len);
 }
 
 bool paged_attention_supports(int64_t head_size_k, int64_t head_size_v, int64_t q_per_kv) {
@@ -541,9 +576,7 @@ void paged_attention(const AttentionLayerParams& params, const Tensor& query, co
   with_kernel<1, kDecodeStages>(
       dk, dv, [&](auto kernel) { args.dv_slices = static_cast<int>(dv / kernel.kSliceWidth); });
   args.block_size = static_cast<int>(plan.block_size());
-  args.block_shift = std::has_single_bit(static_cast<uint64_t>(plan.block_size()))
-                         ? std::countr_zero(static_cast<uint64_t>(plan.block_size()))
-                         : -1;
+  args.block_divisor = FastDivisor(args.block_size);
   args.query_start = plan.query_start();
   args.seq_lens = plan.seq_lens();
   args.block_table = plan.block_table();

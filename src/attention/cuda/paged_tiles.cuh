@@ -5,12 +5,11 @@
 #include <cstdint>
 
 #include "attention/cuda/mma.cuh"
+#include "core/fast_divisor.h"
 
 namespace pagoda::cuda::attention {
 
-constexpr int kWarps = 4;
-constexpr int kThreads = kWarps * 32;
-constexpr int kTableWindow = 1024;  // block-table entries a CTA keeps in shared memory
+constexpr int kTableWindow = 256;  // block-table entries a CTA keeps in shared memory
 
 // One of K or V in the cache. Element offsets; the page of block b starts at b * block_stride.
 struct PagedTensor {
@@ -37,7 +36,7 @@ struct Args {
   int dv_total;     // V's width; each CTA computes kDv columns of it
   int dv_slices;    // dv_total / kDv
   int block_size;
-  int block_shift;  // log2(block_size) when a power of two, else -1
+  FastDivisor block_divisor;  // by block_size
   const int32_t* query_start;
   const int32_t* seq_lens;
   const int32_t* block_table;
@@ -63,6 +62,10 @@ template <int kDk, int kDv, int kRowTiles, int kStageCount, int kChunkKeys>
 struct Shape {
   static constexpr int kChunk = kChunkKeys;
   static constexpr int kRows = 16 * kRowTiles;
+  // Decode CTAs: 8 warps of 8 keys each per chunk, so that short work still keeps many warps
+  // busy; prefill: 4 warps, one per row tile.
+  static constexpr int kWarps = kRowTiles == 1 ? 8 : 4;
+  static constexpr int kThreads = kWarps * 32;
   static constexpr int kKeyGroups = kWarps / kRowTiles;
   static constexpr int kKeysPerWarp = kChunk / kKeyGroups;
   static constexpr int kKStride = kDk + 8;  // padded rows: ldmatrix without bank conflicts
@@ -88,6 +91,7 @@ struct TableWindow {
 };
 
 // Fills the window from `first_page`; every thread takes part, and a barrier follows.
+template <int kThreads>
 __device__ inline void fill_window(const Args& a, int seq, int first_page, TableWindow& window) {
   const int32_t* table = a.block_table + seq * a.block_table_stride;
   const int last = static_cast<int>(min(a.block_table_stride, int64_t{first_page} + kTableWindow));
@@ -97,18 +101,27 @@ __device__ inline void fill_window(const Args& a, int seq, int first_page, Table
   __syncthreads();
 }
 
-// Element offset of position `pos`'s row in one of K or V, head `kv_head`.
+// Element offset in one of K or V of the row at `pos`, plus `within`: the head's and the piece's
+// offset inside the row's page. Within a page every offset fits 32 bits (checked on the host), so
+// only the page's start is 64-bit. Loads past `end` copy nothing; their address is kept in range.
 __device__ __forceinline__ int64_t row_offset(const Args& a, const PagedTensor& t,
-                                              const TableWindow& window, int pos, int kv_head) {
-  const int page = a.block_shift >= 0 ? pos >> a.block_shift : pos / a.block_size;
-  const int64_t block = window.pages[page - window.first_page];
-  return block * t.block_stride + (pos - page * a.block_size) * t.token_stride +
-         kv_head * t.head_stride;
+                                              const TableWindow& window, int pos, int32_t within) {
+  const int page = a.block_divisor.divide(pos);
+  const uint32_t block = window.pages[page - window.first_page];
+  const int32_t in_page = (pos - page * a.block_size) * static_cast<int32_t>(t.token_stride);
+  return static_cast<int64_t>(block) * t.block_stride + (in_page + within);
 }
+
+// Rows of a chunk one pass of the CTA's threads copies, a 16-byte piece each, when the passes
+// tile the chunk exactly; else 0.
+template <int kDim, int kChunk, int kThreads>
+constexpr int kRowsPerPass = kThreads % (kDim / 8) == 0 && kChunk % (kThreads / (kDim / 8)) == 0
+                                 ? kThreads / (kDim / 8)
+                                 : 0;
 
 // K and V rows of equal width at the same offsets from their bases (one cache tensor holding
 // both): one address computation serves the two copies.
-template <int kDim, int kChunk>
+template <int kDim, int kChunk, int kThreads>
 __device__ __forceinline__ void load_paired_rows(const Args& a, const TableWindow& window,
                                                  int kv_head, int first, int end, bf16* k_stage,
                                                  bf16* v_stage) {
@@ -117,12 +130,13 @@ __device__ __forceinline__ void load_paired_rows(const Args& a, const TableWindo
   constexpr int kKeyStep = kThreads / kPieces;
   const int piece = threadIdx.x % kPieces;
   const int key0 = threadIdx.x / kPieces;
+  const auto within = static_cast<int32_t>(kv_head * a.k.head_stride + piece * 8);
 #pragma unroll
   for (int j = 0; j < kChunk / kKeyStep; ++j) {
     const int key = key0 + j * kKeyStep;
-    const int pos = first + key;
-    const bool valid = pos < end;
-    const int64_t offset = valid ? row_offset(a, a.k, window, pos, kv_head) + piece * 8 : 0;
+    const int pos = min(first + key, end - 1);
+    const bool valid = first + key < end;
+    const int64_t offset = row_offset(a, a.k, window, pos, within);
     copy_16(k_stage + key * kStride + piece * 8, a.k.base + offset, valid);
     copy_16(v_stage + key * kStride + piece * 8, a.v.base + offset, valid);
   }
@@ -131,59 +145,59 @@ __device__ __forceinline__ void load_paired_rows(const Args& a, const TableWindo
 // Queues the copy of `kDim`-wide rows of keys [first, first + kChunk) of `t` (those below `end`;
 // the rest zero-filled) into `stage` [kChunk][kDim + 8]. Each thread keeps one 16-byte piece of a
 // row and steps over keys, so the piece offset is computed once.
-template <int kDim, int kChunk>
+template <int kDim, int kChunk, int kThreads>
 __device__ __forceinline__ void load_rows(const Args& a, const PagedTensor& t,
                                           const TableWindow& window, int kv_head, int first,
                                           int end, int width, bf16* stage) {
   constexpr int kPieces = kDim / 8;
   const int used_pieces = width / 8;  // pieces past the row's width are zero
   constexpr int kStride = kDim + 8;
-  if constexpr (kThreads % kPieces == 0) {
+  const auto head = static_cast<int32_t>(kv_head * t.head_stride);
+  if constexpr (kRowsPerPass < kDim, kChunk, kThreads >> 0) {
     constexpr int kKeyStep = kThreads / kPieces;
     const int piece = threadIdx.x % kPieces;
     const int key0 = threadIdx.x / kPieces;
+    const int used = min(piece, used_pieces - 1);
 #pragma unroll
     for (int j = 0; j < kChunk / kKeyStep; ++j) {
       const int key = key0 + j * kKeyStep;
-      const int pos = first + key;
-      const bool valid = pos < end && piece < used_pieces;
-      const bf16* src =
-          valid ? t.base + row_offset(a, t, window, pos, kv_head) + piece * 8 : t.base;
-      copy_16(stage + key * kStride + piece * 8, src, valid);
+      const int pos = min(first + key, end - 1);
+      const bool valid = first + key < end && piece < used_pieces;
+      const int64_t offset = row_offset(a, t, window, pos, head + used * 8);
+      copy_16(stage + key * kStride + piece * 8, t.base + offset, valid);
     }
   } else {
 #pragma unroll 4
     for (int i = threadIdx.x; i < kChunk * kPieces; i += kThreads) {
       const int key = i / kPieces;
       const int piece = i % kPieces;
-      const int pos = first + key;
-      const bool valid = pos < end && piece < used_pieces;
-      const bf16* src =
-          valid ? t.base + row_offset(a, t, window, pos, kv_head) + piece * 8 : t.base;
-      copy_16(stage + key * kStride + piece * 8, src, valid);
+      const int pos = min(first + key, end - 1);
+      const bool valid = first + key < end && piece < used_pieces;
+      const int64_t offset = row_offset(a, t, window, pos, head + min(piece, used_pieces - 1) * 8);
+      copy_16(stage + key * kStride + piece * 8, t.base + offset, valid);
     }
   }
 }
 
 // Queues keys [first, first + kChunk) of K and V into one stage, moving the table window first
 // when the chunk's pages run past it.
-template <int kDk, int kDv, int kChunk>
+template <int kDk, int kDv, int kChunk, int kThreads>
 __device__ void load_chunk(const Args& a, const PagedTensor& v, int seq, int kv_head, int first,
                            int end, TableWindow& window, bf16* k_stage, bf16* v_stage) {
   const int last_pos = min(first + kChunk, end) - 1;
-  if (last_pos / a.block_size >= window.first_page + kTableWindow) {
+  if (a.block_divisor.divide(last_pos) >= window.first_page + kTableWindow) {
     __syncthreads();  // every copy from the old window has been issued
-    fill_window(a, seq, first / a.block_size, window);
+    fill_window<kThreads>(a, seq, a.block_divisor.divide(first), window);
   }
-  if constexpr (kDk == kDv && kThreads % (kDk / 8) == 0) {
+  if constexpr (kDk == kDv && kRowsPerPass < kDk, kChunk, kThreads >> 0) {
     if (a.head_size_k == kDk && a.dv_slices == 1 && a.k.block_stride == a.v.block_stride &&
         a.k.token_stride == a.v.token_stride && a.k.head_stride == a.v.head_stride) {
-      load_paired_rows<kDk, kChunk>(a, window, kv_head, first, end, k_stage, v_stage);
+      load_paired_rows<kDk, kChunk, kThreads>(a, window, kv_head, first, end, k_stage, v_stage);
       return;
     }
   }
-  load_rows<kDk, kChunk>(a, a.k, window, kv_head, first, end, a.head_size_k, k_stage);
-  load_rows<kDv, kChunk>(a, v, window, kv_head, first, end, kDv, v_stage);
+  load_rows<kDk, kChunk, kThreads>(a, a.k, window, kv_head, first, end, a.head_size_k, k_stage);
+  load_rows<kDv, kChunk, kThreads>(a, v, window, kv_head, first, end, kDv, v_stage);
 }
 
 }  // namespace pagoda::cuda::attention
