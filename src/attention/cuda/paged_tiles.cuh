@@ -1,5 +1,5 @@
 // The paged attention kernel's launch arguments, its shared-memory layout and the loaders that
-// queue pages of K and V into it through a window of the block table (see paged_attention.cu).
+// queue pages of K and V into it through a window of the block table (see attention_kernel.cuh).
 #pragma once
 
 #include <cstdint>

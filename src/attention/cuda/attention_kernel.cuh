@@ -1,0 +1,396 @@
+// Paged attention on tensor cores (mma.sync m16n8k16 and m16n8k8, bf16 in, f32 accumulate).
+//
+// A CTA serves one (sequence, KV head, row tile, KV split). Its query rows are the
+// (token, head-in-group) pairs of that KV head's query group, token-major, so a decode token of a
+// 32q/8kv model fills 4 of the 16 rows of an mma tile and the KV head's pages are read once for
+// all 4 query heads. Keys stream through shared memory in chunks of 64, double-buffered with
+// cp.async (16-byte copies; keys past the range are zero-filled). Each key's address comes from
+// the block table and the cache's runtime block / token / head strides.
+//
+// Decode (kRowTiles = 1): 8 warps share one row tile and take 8 keys of each chunk apiece, so a
+// CTA's chain of dependent instructions per chunk is short; their online-softmax states are merged
+// through shared memory at the end. Long contexts split across CTAs; each writes a partial (O / l,
+// log2-sum-exp) and the last CTA of a (sequence, KV head) to finish merges them, found through a
+// counter it resets for the next launch. Prefill (kRowTiles = 4): each of 4 warps owns 16 of 64
+// rows and reads every key of each chunk.
+#pragma once
+
+#include <cuda_bf16.h>
+
+#include <cmath>
+
+#include "attention/cuda/paged_tiles.cuh"
+#include "core/cuda/launch.h"
+
+namespace pagoda::cuda::attention {
+
+constexpr int kMaxDecodeSplits = 64;
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kNegInf = -INFINITY;
+
+template <int kDk, int kDv, int kRowTiles, int kStages, int kChunkKeys>
+__global__ void __launch_bounds__(Shape<kDk, kDv, kRowTiles, kStages, kChunkKeys>::kThreads)
+    attention_kernel(const Args a) {
+  using S = Shape<kDk, kDv, kRowTiles, kStages, kChunkKeys>;
+  constexpr int kThreads = S::kThreads;
+  constexpr int kChunk = S::kChunk;
+  extern __shared__ uint4 shared_raw[];
+  bf16* q_s = reinterpret_cast<bf16*>(shared_raw);  // [kRows][kKStride]
+  bf16* stages = q_s + S::kQElems;                  // 2 x ([kChunk][kKStride], [kChunk][kVStride])
+  TableWindow window{reinterpret_cast<int32_t*>(stages + S::kStages * S::kStageElems)};
+
+  const int seq = a.seq_offset + blockIdx.x;
+  const int kv_head = blockIdx.y;
+  // z: (row tile, split, V slice), the slice fastest. A slice is kDv of V's dv_total columns.
+  const int slice = blockIdx.z % a.dv_slices;
+  const int row_tile = blockIdx.z / a.dv_slices / a.num_splits;
+  const int split = blockIdx.z / a.dv_slices % a.num_splits;
+  const int dv_offset = slice * kDv;
+  PagedTensor v_slice = a.v;
+  v_slice.base += dv_offset;
+  const int q_begin = a.query_start[seq];
+  const int q_len = a.query_start[seq + 1] - q_begin;
+  const int seq_len = a.seq_lens[seq];
+  const int row_begin = row_tile * S::kRows;
+  const int num_rows = q_len * a.group;
+  if (row_begin >= num_rows) return;  // a prefill tile past a shorter sequence (never split)
+  const int rows_here = min(S::kRows, num_rows - row_begin);
+  const int first_pos = seq_len - q_len;
+
+  // Keys this CTA reads: up to its last row's position, from the first row's window start.
+  const int lowest_pos = first_pos + row_begin / a.group;
+  const int highest_pos = first_pos + (row_begin + rows_here - 1) / a.group;
+  const int kv_lo = a.window > 0 ? max(0, lowest_pos - a.window + 1) : 0;
+  const int kv_hi = highest_pos + 1;
+  // The splits this sequence uses: no more than it has chunks, so a short sequence in a launch
+  // sized for long ones (a graph's) merges no empty parts. The CTAs of the other splits have
+  // nothing to do.
+  const int splits = max(1, min(a.num_splits, (kv_hi - kv_lo + kChunk - 1) / kChunk));
+  if (split >= splits) return;
+  const int per_split = ((kv_hi - kv_lo + splits - 1) / splits + kChunk - 1) / kChunk * kChunk;
+  const int start = kv_lo + split * per_split;
+  const int end = min(kv_hi, start + per_split);
+  const int num_chunks = end > start ? (end - start + kChunk - 1) / kChunk : 0;
+
+  const int warp = threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  const int warp_rows = warp % kRowTiles;  // row tile of this warp
+  const int warp_keys = warp / kRowTiles;  // key group of this warp
+  const int g = lane / 4;
+  const int t4 = lane % 4;
+
+  // This thread's two rows (g and g + 8 of the warp's tile): positions; -1 masks every key.
+  int row_pos[2];
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const int r = warp_rows * 16 + g + 8 * i;
+    row_pos[i] = r < rows_here ? first_pos + (row_begin + r) / a.group : -1;
+  }
+  const float scale_log2 = a.scale * kLog2e;
+
+  float o[kDv / 8][4] = {};
+  float m[2] = {kNegInf, kNegInf};
+  float l[2] = {0.0f, 0.0f};
+
+  // Chunk c lives in stage c % kStages; kStages - 1 chunks are in flight ahead of the one in use.
+  auto issue = [&](int chunk) {
+    if (chunk < num_chunks) {
+      bf16* stage = stages + (chunk % S::kStages) * S::kStageElems;
+      load_chunk<kDk, kDv, kChunk, kThreads>(a, v_slice, seq, kv_head, start + chunk * kChunk, end,
+                                             window, stage, stage + kChunk * S::kKStride);
+    }
+    copy_commit();  // an empty group keeps the count of groups per chunk fixed
+  };
+  // Until the kernels before this one finish, only what they cannot write is read: the step's
+  // metadata, and pages of positions cached before this step's tokens (earlier kernels write K/V
+  // only at this step's positions). The first chunks of those load while the kernels finish.
+  if (num_chunks > 0) fill_window<kThreads>(a, seq, a.block_divisor.divide(start), window);
+  int early = 0;
+  while (early < S::kStages - 1 && early < num_chunks &&
+         start + (early + 1) * kChunk <= first_pos) {
+    issue(early++);
+  }
+  start_after_prior_kernels();
+  if (a.new_k != nullptr && start < kv_hi && kv_hi <= start + per_split) {
+    // The decoding token's K row and V slice, where this CTA and no other reads them.
+    const int64_t slot = a.slot_mapping[q_begin];
+    if (slot >= 0) {
+      const int64_t block = slot / a.block_size;
+      const int offset = static_cast<int>(slot % a.block_size);
+      const int k_pieces = a.head_size_k / 8;
+      for (int i = threadIdx.x; i < k_pieces + kDv / 8; i += kThreads) {
+        const bool is_key = i < k_pieces;
+        const int piece = is_key ? i : i - k_pieces;
+        const PagedTensor& cache = is_key ? a.k : v_slice;
+        const bf16* src =
+            is_key ? a.new_k + q_begin * a.new_k_token_stride + kv_head * a.new_k_head_stride
+                   : a.new_v + q_begin * a.new_v_token_stride + kv_head * a.new_v_head_stride +
+                         dv_offset;
+        bf16* dst = cache.base + block * cache.block_stride + offset * cache.token_stride +
+                    kv_head * cache.head_stride;
+        *reinterpret_cast<uint4*>(dst + piece * 8) =
+            *reinterpret_cast<const uint4*>(src + piece * 8);
+      }
+    }
+    __syncthreads();  // the rows are written before any copy of them is issued
+  }
+  for (int c = early; c < S::kStages - 1; ++c)
+    issue(c);
+  // Query rows of this tile; rows past the sequence are zero. The loop's first barrier publishes
+  // them.
+  for (int i = threadIdx.x; i < S::kRows * (kDk / 8); i += kThreads) {
+    const int r = i / (kDk / 8);
+    const int piece = i % (kDk / 8);
+    const int row = row_begin + r;
+    uint4 value = make_uint4(0, 0, 0, 0);
+    if (r < rows_here && piece * 8 < a.head_size_k) {
+      value = *reinterpret_cast<const uint4*>(
+          a.q + (q_begin + row / a.group) * a.q_token_stride +
+          (kv_head * a.group + row % a.group) * a.q_head_stride + piece * 8);
+    }
+    *reinterpret_cast<uint4*>(q_s + r * S::kKStride + piece * 8) = value;
+  }
+  for (int c = 0; c < num_chunks; ++c) {
+    copy_wait<S::kStages - 2>();
+    // Chunk c is visible to all, and every warp is done with chunk c - 1, whose stage is refilled.
+    __syncthreads();
+    issue(c + S::kStages - 1);
+
+    const bf16* k_s = stages + (c % S::kStages) * S::kStageElems;
+    const bf16* v_s = k_s + kChunk * S::kKStride;
+    const bf16* k_warp = k_s + warp_keys * S::kKeysPerWarp * S::kKStride;
+    const bf16* v_warp = v_s + warp_keys * S::kKeysPerWarp * S::kVStride;
+    constexpr int kTiles = S::kKeysPerWarp / 8;
+
+    float s[kTiles][4] = {};
+#pragma unroll
+    for (int kc = 0; kc < kDk / 16; ++kc) {
+      uint32_t qa[4];
+      load_matrix_x4(qa,
+                     q_s + (warp_rows * 16 + lane % 16) * S::kKStride + kc * 16 + (lane / 16) * 8);
+      if constexpr (kTiles == 1) {
+        uint32_t kb[2];
+        load_matrix_x2(kb, k_warp + (lane % 8) * S::kKStride + kc * 16 + ((lane / 8) % 2) * 8);
+        mma(s[0], qa, kb[0], kb[1]);
+      } else {
+#pragma unroll
+        for (int j = 0; j < kTiles; j += 2) {
+          uint32_t kb[4];
+          load_matrix_x4(kb, k_warp + ((j + lane / 16) * 8 + lane % 8) * S::kKStride + kc * 16 +
+                                 ((lane / 8) % 2) * 8);
+          mma(s[j], qa, kb[0], kb[1]);
+          mma(s[j + 1], qa, kb[2], kb[3]);
+        }
+      }
+    }
+
+    // Scale, softcap and mask, in the log2 domain. A chunk wholly inside every row's visible
+    // range (the bulk of a long context) skips the mask.
+    const int key_base = start + c * kChunk + warp_keys * S::kKeysPerWarp;
+    const int chunk_first = start + c * kChunk;
+    const int chunk_last = chunk_first + kChunk - 1;
+    const bool whole = chunk_last < end && chunk_last <= lowest_pos &&
+                       (a.window == 0 || chunk_first > highest_pos - a.window);
+    float chunk_max[2] = {kNegInf, kNegInf};
+#pragma unroll
+    for (int j = 0; j < kTiles; ++j) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int i = e / 2;
+        float x = s[j][e];
+        x = a.softcap > 0.0f ? a.softcap * tanhf(x * a.scale / a.softcap) * kLog2e : x * scale_log2;
+        if (!whole) {
+          const int key = key_base + j * 8 + t4 * 2 + e % 2;
+          const bool visible =
+              key < end && key <= row_pos[i] && (a.window == 0 || key > row_pos[i] - a.window);
+          x = visible ? x : kNegInf;
+        }
+        s[j][e] = x;
+        chunk_max[i] = fmaxf(chunk_max[i], x);
+      }
+    }
+    float alpha[2];
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      chunk_max[i] = fmaxf(chunk_max[i], __shfl_xor_sync(0xffffffffu, chunk_max[i], 1));
+      chunk_max[i] = fmaxf(chunk_max[i], __shfl_xor_sync(0xffffffffu, chunk_max[i], 2));
+      const float m_new = fmaxf(m[i], chunk_max[i]);
+      const float m_use = m_new == kNegInf ? 0.0f : m_new;
+      alpha[i] = fast_exp2(m[i] - m_use);
+      m[i] = m_new;
+      l[i] *= alpha[i];
+#pragma unroll
+      for (int j = 0; j < kTiles; ++j) {
+        s[j][2 * i] = fast_exp2(s[j][2 * i] - m_use);
+        s[j][2 * i + 1] = fast_exp2(s[j][2 * i + 1] - m_use);
+        l[i] += s[j][2 * i] + s[j][2 * i + 1];
+      }
+    }
+    // Once the running maxima settle, most chunks leave O as it is.
+    if (__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f)) {
+#pragma unroll
+      for (int d = 0; d < kDv / 8; ++d) {
+        o[d][0] *= alpha[0];
+        o[d][1] *= alpha[0];
+        o[d][2] *= alpha[1];
+        o[d][3] *= alpha[1];
+      }
+    }
+
+    // O += P · V, P taken from the score accumulators as the A operand.
+    if constexpr (kTiles == 1) {
+      // 8 keys: k8 products, four V column tiles per ldmatrix (two for 16-wide V).
+      const uint32_t p0 = pack_bf16(s[0][0], s[0][1]);
+      const uint32_t p1 = pack_bf16(s[0][2], s[0][3]);
+      constexpr int kTilesPerLoad = kDv / 8 % 4 == 0 ? 4 : 2;
+#pragma unroll
+      for (int d = 0; d < kDv / 8; d += kTilesPerLoad) {
+        const bf16* v_rows =
+            v_warp + (lane % 8) * S::kVStride + (d + (lane / 8) % kTilesPerLoad) * 8;
+        if constexpr (kTilesPerLoad == 4) {
+          uint32_t vb[4];
+          load_matrix_x4_trans(vb, v_rows);
+#pragma unroll
+          for (int t = 0; t < 4; ++t)
+            mma_k8(o[d + t], p0, p1, vb[t]);
+        } else {
+          uint32_t vb[2];
+          load_matrix_x2_trans(vb, v_rows);
+          mma_k8(o[d], p0, p1, vb[0]);
+          mma_k8(o[d + 1], p0, p1, vb[1]);
+        }
+      }
+    } else {
+#pragma unroll
+      for (int kk = 0; kk < S::kKeysPerWarp / 16; ++kk) {
+        uint32_t pa[4];
+        pa[0] = pack_bf16(s[2 * kk][0], s[2 * kk][1]);
+        pa[1] = pack_bf16(s[2 * kk][2], s[2 * kk][3]);
+        pa[2] = pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+        pa[3] = pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+#pragma unroll
+        for (int d = 0; d < kDv / 8; d += 2) {
+          uint32_t vb[4];
+          load_matrix_x4_trans(vb,
+                               v_warp + (kk * 16 + lane % 16) * S::kVStride + (d + lane / 16) * 8);
+          mma(o[d], pa, vb[0], vb[1]);
+          mma(o[d + 1], pa, vb[2], vb[3]);
+        }
+      }
+    }
+  }
+  copy_wait<0>();
+  __syncthreads();
+
+  // Every warp's state to shared memory: m, l, then O, per (key group, row).
+  float* merge_m = reinterpret_cast<float*>(stages);
+  float* merge_l = merge_m + S::kKeyGroups * S::kRows;
+  float* merge_o = merge_l + S::kKeyGroups * S::kRows;
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    l[i] += __shfl_xor_sync(0xffffffffu, l[i], 1);
+    l[i] += __shfl_xor_sync(0xffffffffu, l[i], 2);
+    const int slot = warp_keys * S::kRows + warp_rows * 16 + g + 8 * i;
+    if (t4 == 0) {
+      merge_m[slot] = m[i];
+      merge_l[slot] = l[i];
+    }
+#pragma unroll
+    for (int d = 0; d < kDv / 8; ++d) {
+      merge_o[slot * kDv + d * 8 + t4 * 2] = o[d][2 * i];
+      merge_o[slot * kDv + d * 8 + t4 * 2 + 1] = o[d][2 * i + 1];
+    }
+  }
+  __syncthreads();
+
+  const bool split_kv = splits > 1;
+  // Partial results and the counter of one (sequence, KV head, V slice).
+  const int64_t cta =
+      (static_cast<int64_t>(blockIdx.x) * a.num_kv_heads + kv_head) * a.dv_slices + slice;
+  const int64_t partial_index = cta * a.num_splits + split;
+  float* partial_o = a.partials + partial_index * 16 * kDv;
+  float* partial_lse =
+      a.partials +
+      static_cast<int64_t>(gridDim.x) * a.num_kv_heads * a.dv_slices * a.num_splits * 16 * kDv +
+      partial_index * 16;
+  for (int i = threadIdx.x; i < rows_here * kDv; i += kThreads) {
+    const int r = i / kDv;
+    const int d = i % kDv;
+    float m_all = kNegInf;
+    for (int w = 0; w < S::kKeyGroups; ++w)
+      m_all = fmaxf(m_all, merge_m[w * S::kRows + r]);
+    const int head = kv_head * a.group + (row_begin + r) % a.group;
+    const float sink = a.sinks != nullptr && !split_kv ? a.sinks[head] * kLog2e : kNegInf;
+    m_all = fmaxf(m_all, sink);
+    const float m_use = m_all == kNegInf ? 0.0f : m_all;
+    float l_all = exp2f(sink - m_use);
+    float o_all = 0.0f;
+    for (int w = 0; w < S::kKeyGroups; ++w) {
+      const float weight = exp2f(merge_m[w * S::kRows + r] - m_use);
+      l_all += merge_l[w * S::kRows + r] * weight;
+      o_all += merge_o[(w * S::kRows + r) * kDv + d] * weight;
+    }
+    if (!split_kv) {
+      const int token = q_begin + (row_begin + r) / a.group;
+      a.out[token * a.out_token_stride + head * a.dv_total + dv_offset + d] =
+          __float2bfloat16(l_all > 0.0f ? o_all / l_all : 0.0f);
+    } else {
+      partial_o[r * kDv + d] = l_all > 0.0f ? o_all / l_all : 0.0f;
+      if (d == 0) partial_lse[r] = l_all > 0.0f ? m_use + log2f(l_all) : kNegInf;
+    }
+  }
+  if (!split_kv) return;
+
+  // The last split of this (sequence, KV head) to finish merges every split's partial result.
+  __shared__ bool is_last;
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    const int done = atomicAdd(&a.counters[cta], 1);
+    is_last = done == splits - 1;
+    if (is_last) a.counters[cta] = 0;
+  }
+  __syncthreads();
+  if (!is_last) return;
+  __threadfence();
+  const float* cta_o = a.partials + cta * a.num_splits * 16 * kDv;
+  const float* cta_lse = partial_lse - split * 16;
+  // A warp per row turns the splits' log-sum-exps (and the sink) into weights in shared memory,
+  // with all of the row's loads in flight at once; then each output element sums its splits'
+  // partials, several loads at a time. (The stages are free by now.)
+  static_assert(kMaxDecodeSplits <= 64 && S::kMergeFloats >= 16 * kMaxDecodeSplits);
+  float* weights = reinterpret_cast<float*>(stages);  // [16][splits]
+  for (int r = warp; r < rows_here; r += S::kWarps) {
+    const float lse_lo = lane < splits ? __ldcg(cta_lse + lane * 16 + r) : kNegInf;
+    const float lse_hi = lane + 32 < splits ? __ldcg(cta_lse + (lane + 32) * 16 + r) : kNegInf;
+    const int head = kv_head * a.group + (row_begin + r) % a.group;
+    const float sink = a.sinks != nullptr ? a.sinks[head] * kLog2e : kNegInf;
+    float m_all = fmaxf(fmaxf(lse_lo, lse_hi), sink);
+    for (int offset = 16; offset > 0; offset /= 2)
+      m_all = fmaxf(m_all, __shfl_xor_sync(0xffffffffu, m_all, offset));
+    const float m_use = m_all == kNegInf ? 0.0f : m_all;
+    const float w_lo = exp2f(lse_lo - m_use);
+    const float w_hi = exp2f(lse_hi - m_use);
+    float l_all = w_lo + w_hi;
+    for (int offset = 16; offset > 0; offset /= 2)
+      l_all += __shfl_xor_sync(0xffffffffu, l_all, offset);
+    l_all += exp2f(sink - m_use);
+    const float scale = l_all > 0.0f ? 1.0f / l_all : 0.0f;
+    if (lane < splits) weights[r * splits + lane] = w_lo * scale;
+    if (lane + 32 < splits) weights[r * splits + lane + 32] = w_hi * scale;
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < rows_here * kDv; i += kThreads) {
+    const int r = i / kDv;
+    const int d = i % kDv;
+    const int head = kv_head * a.group + (row_begin + r) % a.group;
+    float o_all = 0.0f;
+#pragma unroll 8
+    for (int sp = 0; sp < splits; ++sp)
+      o_all += weights[r * splits + sp] * __ldcg(cta_o + (sp * 16 + r) * kDv + d);
+    const int token = q_begin + (row_begin + r) / a.group;
+    a.out[token * a.out_token_stride + head * a.dv_total + dv_offset + d] = __float2bfloat16(o_all);
+  }
+}
+
+}  // namespace pagoda::cuda::attention
