@@ -112,12 +112,13 @@ __device__ __forceinline__ int64_t row_offset(const Args& a, const PagedTensor& 
   return static_cast<int64_t>(block) * t.block_stride + (in_page + within);
 }
 
-// Rows of a chunk one pass of the CTA's threads copies, a 16-byte piece each, when the passes
-// tile the chunk exactly; else 0.
+// Whether the CTA's threads, a 16-byte piece each, cover whole rows in each pass and the passes
+// tile the chunk exactly.
 template <int kDim, int kChunk, int kThreads>
-constexpr int kRowsPerPass = kThreads % (kDim / 8) == 0 && kChunk % (kThreads / (kDim / 8)) == 0
-                                 ? kThreads / (kDim / 8)
-                                 : 0;
+__host__ __device__ constexpr bool whole_row_passes() {
+  constexpr int kPieces = kDim / 8;
+  return kThreads % kPieces == 0 && kChunk % (kThreads / kPieces) == 0;
+}
 
 // K and V rows of equal width at the same offsets from their bases (one cache tensor holding
 // both): one address computation serves the two copies.
@@ -153,7 +154,7 @@ __device__ __forceinline__ void load_rows(const Args& a, const PagedTensor& t,
   const int used_pieces = width / 8;  // pieces past the row's width are zero
   constexpr int kStride = kDim + 8;
   const auto head = static_cast<int32_t>(kv_head * t.head_stride);
-  if constexpr (kRowsPerPass < kDim, kChunk, kThreads >> 0) {
+  if constexpr (whole_row_passes<kDim, kChunk, kThreads>()) {
     constexpr int kKeyStep = kThreads / kPieces;
     const int piece = threadIdx.x % kPieces;
     const int key0 = threadIdx.x / kPieces;
@@ -189,7 +190,7 @@ __device__ void load_chunk(const Args& a, const PagedTensor& v, int seq, int kv_
     __syncthreads();  // every copy from the old window has been issued
     fill_window<kThreads>(a, seq, a.block_divisor.divide(first), window);
   }
-  if constexpr (kDk == kDv && kRowsPerPass < kDk, kChunk, kThreads >> 0) {
+  if constexpr (kDk == kDv && whole_row_passes<kDk, kChunk, kThreads>()) {
     if (a.head_size_k == kDk && a.dv_slices == 1 && a.k.block_stride == a.v.block_stride &&
         a.k.token_stride == a.v.token_stride && a.k.head_stride == a.v.head_stride) {
       load_paired_rows<kDk, kChunk, kThreads>(a, window, kv_head, first, end, k_stage, v_stage);
