@@ -1,0 +1,332 @@
+// Row-wise CUDA ops (see ops.h): embedding, RMSNorm (with the residual add fused), RoPE. Everything
+// is computed in f32 and rounded to the output dtype once; kernels move 8 elements per access when
+// every pointer and row stride involved is 16-byte aligned, one element at a time otherwise.
+#include <algorithm>
+#include <cstdint>
+
+#include "core/cuda/context.h"
+#include "core/cuda/launch.h"
+#include "ops/cuda/elementwise_common.cuh"
+#include "ops/cuda/ops.h"
+
+namespace pagoda::cuda {
+namespace {
+
+using namespace elementwise;
+
+constexpr int kNormWarpThreads = 128;  // blocks of rms_norm on rows that fit in a warp
+
+// Sum of v over the threads that share a row: `lanes` lanes of a warp (a power of two, at most
+// 32, aligned within the warp) with kWarpPerRow, else the whole block (blockDim.x a multiple of
+// 32). Every lane of the warp takes part. Called once per kernel.
+template <bool kWarpPerRow>
+__device__ __forceinline__ float row_sum(float v, int lanes) {
+  for (int offset = (kWarpPerRow ? lanes : 32) / 2; offset > 0; offset >>= 1)
+    v += __shfl_xor_sync(0xffffffffu, v, offset);
+  if constexpr (!kWarpPerRow) {
+    __shared__ float partial[32];
+    const int lane = threadIdx.x % 32;
+    if (lane == 0) partial[threadIdx.x / 32] = v;
+    __syncthreads();
+    // Every warp reduces the partials itself, so no second barrier is needed.
+    v = lane < static_cast<int>(blockDim.x / 32) ? partial[lane] : 0.0f;
+#pragma unroll
+    for (int offset = 16; offset > 0; offset >>= 1)
+      v += __shfl_xor_sync(0xffffffffu, v, offset);
+  }
+  return v;
+}
+
+template <typename W, typename T, bool kVector>
+__global__ void embedding_kernel(const W* table,  // [vocab, hidden], row stride table_stride
+                                 int64_t table_stride, int64_t vocab,
+                                 const int32_t* ids,  // [tokens]
+                                 T* out,              // [tokens, hidden], row stride out_stride
+                                 int64_t out_stride, int64_t tokens, int hidden, float scale) {
+  constexpr int kWidth = kVector ? kPack : 1;
+  start_after_prior_kernels();
+  for (int64_t t = blockIdx.x; t < tokens; t += gridDim.x) {
+    const int64_t id = ids[t];
+    const bool valid = id >= 0 && id < vocab;
+    const W* row = table + (valid ? id : 0) * table_stride;
+    for (int p = threadIdx.x; p < hidden / kWidth; p += blockDim.x) {
+      float v[kWidth];
+      if (valid) load(row + p * kWidth, v);
+#pragma unroll
+      for (int j = 0; j < kWidth; ++j)
+        v[j] = valid ? v[j] * scale : 0.0f;
+      store(out + t * out_stride + p * kWidth, v);
+    }
+  }
+}
+
+template <typename T, typename W>
+struct NormArgs {
+  const T* x;  // [rows, dim], row stride x_stride
+  int64_t x_stride;
+  T* out;  // [rows, dim], row stride out_stride; may alias x
+  int64_t out_stride;
+  T* residual;      // [rows, dim] contiguous: add_rms_norm adds x into it first; else null
+  const W* weight;  // [dim], or null for a norm without scale
+  int64_t rows;
+  int dim;
+  float eps;
+  float weight_offset;
+  int lanes;  // threads per row when rows fit in a warp: 8, 16 or 32
+};
+
+// Short rows take `lanes` threads of a warp each (several rows a warp), long rows a block each.
+// Pass 1 sums squares (after the residual add, whose rounded result is what gets normalised); pass
+// 2 re-reads the row and scales it. Each element is read and written by the same thread in both
+// passes, so out may alias x or the residual.
+template <typename T, typename W, bool kVector, bool kWarpPerRow, bool kAddResidual>
+__global__ void __launch_bounds__(kWarpPerRow ? kNormWarpThreads : 1024)
+    rms_norm_kernel(NormArgs<T, W> args) {
+  constexpr int kWidth = kVector ? kPack : 1;
+  start_after_prior_kernels();
+  const int group = kWarpPerRow ? args.lanes : blockDim.x;
+  const int64_t row =
+      kWarpPerRow ? (blockIdx.x * int64_t{blockDim.x} + threadIdx.x) / group : blockIdx.x;
+  const int lane = threadIdx.x % group;
+  const int packs = args.dim / kWidth;
+  // Lanes past the last row skip the loops but still take part in the shuffles.
+  const int first = row < args.rows ? lane : packs;
+  const T* x = args.x + row * args.x_stride;
+  T* residual = kAddResidual ? args.residual + row * args.dim : nullptr;
+
+  float sum = 0.0f;
+  for (int p = first; p < packs; p += group) {
+    float v[kWidth];
+    load(x + p * kWidth, v);
+    if constexpr (kAddResidual) {
+      float r[kWidth];
+      load(residual + p * kWidth, r);
+#pragma unroll
+      for (int j = 0; j < kWidth; ++j)
+        v[j] = to_float(from_float<T>(v[j] + r[j]));
+      store(residual + p * kWidth, v);
+    }
+#pragma unroll
+    for (int j = 0; j < kWidth; ++j)
+      sum += v[j] * v[j];
+  }
+  sum = row_sum<kWarpPerRow>(sum, group);
+  const float inverse = 1.0f / sqrtf(sum / static_cast<float>(args.dim) + args.eps);
+
+  const T* source = kAddResidual ? residual : x;
+  T* out = args.out + row * args.out_stride;
+  for (int p = first; p < packs; p += group) {
+    float v[kWidth];
+    float w[kWidth];
+    load(source + p * kWidth, v);
+    if (args.weight != nullptr) load(args.weight + p * kWidth, w);
+#pragma unroll
+    for (int j = 0; j < kWidth; ++j)
+      v[j] = v[j] * inverse * (args.weight != nullptr ? w[j] + args.weight_offset : 1.0f);
+    store(out + p * kWidth, v);
+  }
+}
+
+template <typename T>
+struct RopeArgs {
+  T* x;  // [tokens, heads, head_size], strides token_stride, head_stride, 1
+  int64_t token_stride;
+  int64_t head_stride;
+  const float* inverse_frequencies;  // [half]
+  const int64_t* positions;          // [>= tokens]
+  int heads;
+  int half;  // rotary_dim / 2
+  int heads_per_block;
+};
+
+// Block (token, group of heads). The block's cos/sin table [2, half] goes to shared memory first.
+// sincosf, not __sincosf: angles reach 1e5 radians at long positions.
+template <typename T, bool kVector>
+__global__ void rope_kernel(RopeArgs<T> args) {
+  constexpr int kWidth = kVector ? kPack : 1;
+  extern __shared__ float table[];  // [2, half]: cos, then sin
+  start_after_prior_kernels();
+  const int64_t token = blockIdx.x;
+  const float position = static_cast<float>(args.positions[token]);
+  for (int i = threadIdx.x; i < args.half; i += blockDim.x) {
+    sincosf(position * args.inverse_frequencies[i], &table[args.half + i], &table[i]);
+  }
+  __syncthreads();
+  const int packs_per_head = args.half / kWidth;
+  const int head_begin = blockIdx.y * args.heads_per_block;
+  const int heads = min(args.heads - head_begin, args.heads_per_block);
+  for (int w = threadIdx.x; w < heads * packs_per_head; w += blockDim.x) {
+    const int i = (w % packs_per_head) * kWidth;
+    T* v =
+        args.x + token * args.token_stride + (head_begin + w / packs_per_head) * args.head_stride;
+    float lo[kWidth];
+    float hi[kWidth];
+    load(v + i, lo);
+    load(v + i + args.half, hi);
+#pragma unroll
+    for (int j = 0; j < kWidth; ++j) {
+      const float c = table[i + j];
+      const float s = table[args.half + i + j];
+      const float a = lo[j];
+      lo[j] = a * c - hi[j] * s;
+      hi[j] = hi[j] * c + a * s;
+    }
+    store(v + i, lo);
+    store(v + i + args.half, hi);
+  }
+}
+
+// Shared by rms_norm and add_rms_norm: residual is undefined for a plain norm.
+void launch_rms_norm(const Tensor& x, const Tensor& residual, const Tensor& weight, float eps,
+                     float weight_offset, const Tensor& out) {
+  check_rows(x, "rms_norm input");
+  check_rows(out, "rms_norm output");
+  const int64_t rows = x.size(0);
+  const int64_t dim = x.size(1);
+  PAGODA_CHECK(out.shape() == x.shape() && dim > 0 && dim <= (int64_t{1} << 30),
+               "rms_norm shapes {} -> {}", x.shape(), out.shape());
+  PAGODA_CHECK(!weight.defined() || (weight.numel() == dim && weight.is_contiguous()),
+               "rms_norm weight shape {} for dim {}", weight.shape(), dim);
+  check_same_dtype("rms_norm", x, out);
+  const bool add = residual.defined();
+  if (add) check_same_dtype("add_rms_norm", residual, x);
+  const cudaStream_t s = device_stream(x, out, weight, residual);
+  if (rows == 0) return;
+
+  const bool vector = dim % kPack == 0 && vectorizable(x) && vectorizable(out) &&
+                      (!weight.defined() || vectorizable(weight)) &&
+                      (!add || vectorizable(residual));
+  const int64_t packs = vector ? dim / kPack : dim;
+  // Short rows (per-head norms) take 8 to 32 lanes of a warp each, with a pack or two per lane;
+  // long rows a block of up to 1024 threads, one pack each.
+  const bool warp_per_row = packs <= 64;
+  int lanes = 8;
+  while (lanes < 32 && lanes < packs)
+    lanes *= 2;
+  const int threads =
+      warp_per_row ? kNormWarpThreads : std::min(1024, std::max(64, round_up_32(packs)));
+  const int64_t rows_per_block = warp_per_row ? kNormWarpThreads / lanes : 1;
+  const int64_t blocks = (rows + rows_per_block - 1) / rows_per_block;
+  PAGODA_CHECK(blocks <= 0x7fffffff, "rms_norm has too many rows: {}", rows);
+
+  dispatch_activation(x.dtype(), "rms_norm", [&](auto act) {
+    using T = typename decltype(act)::type;
+    const DType weight_dtype = weight.defined() ? weight.dtype() : x.dtype();
+    dispatch_float(weight_dtype, "rms_norm weight", [&](auto w) {
+      using W = typename decltype(w)::type;
+      const NormArgs<T, W> args{data_of<const T>(x),
+                                x.stride(0),
+                                data_of<T>(out),
+                                out.stride(0),
+                                add ? data_of<T>(residual) : nullptr,
+                                weight.defined() ? data_of<const W>(weight) : nullptr,
+                                rows,
+                                static_cast<int>(dim),
+                                eps,
+                                weight_offset,
+                                lanes};
+      dispatch_vector(vector, [&](auto vec) {
+        constexpr bool kVector = decltype(vec)::value;
+        const auto kernel = warp_per_row ? (add ? rms_norm_kernel<T, W, kVector, true, true>
+                                                : rms_norm_kernel<T, W, kVector, true, false>)
+                                         : (add ? rms_norm_kernel<T, W, kVector, false, true>
+                                                : rms_norm_kernel<T, W, kVector, false, false>);
+        launch(kernel, static_cast<unsigned>(blocks), threads, 0, s, args);
+      });
+    });
+  });
+}
+
+}  // namespace
+
+void embedding(const Tensor& table, const Tensor& ids, float scale, const Tensor& out) {
+  check_rows(table, "embedding table");
+  check_rows(out, "embedding output");
+  PAGODA_CHECK(ids.dim() == 1 && ids.is_contiguous() && ids.dtype() == DType::kI32,
+               "embedding ids must be a contiguous 1-D int32 tensor; got {} of shape {}",
+               dtype_name(ids.dtype()), ids.shape());
+  const int64_t tokens = ids.size(0);
+  const int64_t hidden = table.size(1);
+  PAGODA_CHECK(out.size(0) == tokens && out.size(1) == hidden && hidden <= (int64_t{1} << 30),
+               "embedding output shape {} for {} ids and hidden size {}", out.shape(), tokens,
+               hidden);
+  const cudaStream_t s = device_stream(out, table, ids);
+  if (tokens == 0 || hidden == 0) return;
+  const bool vector = hidden % kPack == 0 && vectorizable(table) && vectorizable(out);
+  const int64_t packs = vector ? hidden / kPack : hidden;
+  const int threads = std::min(1024, round_up_32(packs));  // one pack a thread up to 8192 bf16
+  const int blocks = static_cast<int>(std::min<int64_t>(tokens, 65535));
+  dispatch_float(table.dtype(), "embedding table", [&](auto w) {
+    using W = typename decltype(w)::type;
+    dispatch_activation(out.dtype(), "embedding", [&](auto act) {
+      using T = typename decltype(act)::type;
+      dispatch_vector(vector, [&](auto vec) {
+        launch(embedding_kernel<W, T, decltype(vec)::value>, blocks, threads, 0, s,
+               data_of<const W>(table), table.stride(0), table.size(0), ids.data<int32_t>(),
+               data_of<T>(out), out.stride(0), tokens, static_cast<int>(hidden), scale);
+      });
+    });
+  });
+}
+
+void rms_norm(const Tensor& x, const Tensor& weight, float eps, float weight_offset,
+              const Tensor& out) {
+  launch_rms_norm(x, Tensor(), weight, eps, weight_offset, out);
+}
+
+void add_rms_norm(const Tensor& residual, const Tensor& x, const Tensor& weight, float eps,
+                  float weight_offset, const Tensor& out) {
+  PAGODA_CHECK(residual.is_contiguous() && x.is_contiguous() && out.is_contiguous() &&
+                   residual.shape() == x.shape(),
+               "add_rms_norm needs contiguous residual, x and out of one shape; got {} and {}",
+               residual.shape(), x.shape());
+  launch_rms_norm(x, residual, weight, eps, weight_offset, out);
+}
+
+void rope(const Tensor& inverse_frequencies, int64_t rotary_dim, const Tensor& positions,
+          const Tensor& x) {
+  PAGODA_CHECK(x.dim() == 3 && (x.stride(2) == 1 || x.size(2) <= 1),
+               "rope input must be [tokens, heads, head_size] with unit inner stride; got shape {} "
+               "strides {}",
+               x.shape(), x.strides());
+  const int64_t tokens = x.size(0);
+  const int64_t heads = x.size(1);
+  const int64_t half = rotary_dim / 2;
+  PAGODA_CHECK(rotary_dim > 0 && rotary_dim % 2 == 0 && rotary_dim <= x.size(2),
+               "rotary dim {} for head size {}", rotary_dim, x.size(2));
+  PAGODA_CHECK(inverse_frequencies.dtype() == DType::kF32 && inverse_frequencies.is_contiguous() &&
+                   inverse_frequencies.numel() == half,
+               "rope needs {} contiguous f32 inverse frequencies; got {} of shape {}", half,
+               dtype_name(inverse_frequencies.dtype()), inverse_frequencies.shape());
+  PAGODA_CHECK(positions.dtype() == DType::kI64 && positions.dim() == 1 &&
+                   positions.is_contiguous() && positions.size(0) >= tokens,
+               "rope needs >= {} contiguous int64 positions; got {} of shape {}", tokens,
+               dtype_name(positions.dtype()), positions.shape());
+  PAGODA_CHECK(heads <= (int64_t{1} << 20) && tokens <= 0x7fffffff, "rope shape {}", x.shape());
+  const cudaStream_t s = device_stream(x, inverse_frequencies, positions);
+  if (tokens == 0 || heads == 0) return;
+  const bool vector = half % kPack == 0 && vectorizable(x);
+  const int64_t packs_per_head = vector ? half / kPack : half;
+  // About 128 threads of work per block; a head never splits across blocks.
+  const int64_t heads_per_block = std::clamp<int64_t>(128 / packs_per_head, 1, heads);
+  const int threads = std::min(1024, round_up_32(heads_per_block * packs_per_head));
+  const dim3 grid(static_cast<unsigned>(tokens),
+                  static_cast<unsigned>((heads + heads_per_block - 1) / heads_per_block));
+  const size_t shared_bytes = 2 * half * sizeof(float);
+  dispatch_activation(x.dtype(), "rope", [&](auto act) {
+    using T = typename decltype(act)::type;
+    const RopeArgs<T> args{data_of<T>(x),
+                           x.stride(0),
+                           x.stride(1),
+                           inverse_frequencies.data<float>(),
+                           positions.data<int64_t>(),
+                           static_cast<int>(heads),
+                           static_cast<int>(half),
+                           static_cast<int>(heads_per_block)};
+    dispatch_vector(vector, [&](auto vec) {
+      launch(rope_kernel<T, decltype(vec)::value>, grid, threads, shared_bytes, s, args);
+    });
+  });
+}
+
+}  // namespace pagoda::cuda
