@@ -54,27 +54,30 @@ TEST(BenchCliTest, JsonCountsStepsOfOneBatch) {
   EXPECT_TRUE(report["decode_step_over_floor"].is_null());
 }
 
+// Runs the bench with `args` and --json; checks its prefill and decode step counts.
+void expect_steps(const std::string& args, int prefill_steps, int decode_steps) {
+  const CliRun run = run_bench(args + " --json");
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  const nlohmann::json report = nlohmann::json::parse(run.out);
+  EXPECT_EQ(report["prefill_steps"], prefill_steps) << args;
+  EXPECT_EQ(report["decode_steps"], decode_steps) << args;
+}
+
 TEST(BenchCliTest, ChunkedPrefillStepsAreNotDecodeSteps) {
   // A 10-token budget: step 1 runs request 0's 8 tokens and 2 of request 1's; step 2 decodes
   // request 0 beside the other 6 (mixed, so prefill); steps 3-5 decode (both, both, request 1).
-  const CliRun run = run_bench(
+  expect_steps(
       "--batch-size 2 --input-len 8 --output-len 4 --num-iters 1 --warmup-iters 0 "
-      "--max-num-batched-tokens 10 --json");
-  ASSERT_EQ(run.exit_code, 0) << run.err;
-  const nlohmann::json report = nlohmann::json::parse(run.out);
-  EXPECT_EQ(report["prefill_steps"], 2);
-  EXPECT_EQ(report["decode_steps"], 3);
+      "--max-num-batched-tokens 10",
+      2, 3);
 }
 
 TEST(BenchCliTest, SampledRequestsStillRunToTheirLength) {
   // EOS is ignored, so sampling changes the tokens but not the number of steps.
-  const CliRun run = run_bench(
+  expect_steps(
       "--batch-size 3 --input-len 5 --output-len 6 --num-iters 1 --warmup-iters 0 "
-      "--temperature 0.9 --top-k 20 --top-p 0.9 --min-p 0.01 --json");
-  ASSERT_EQ(run.exit_code, 0) << run.err;
-  const nlohmann::json report = nlohmann::json::parse(run.out);
-  EXPECT_EQ(report["prefill_steps"], 1);
-  EXPECT_EQ(report["decode_steps"], 5);
+      "--temperature 0.9 --top-k 20 --top-p 0.9 --min-p 0.01",
+      1, 5);
 }
 
 TEST(BenchCliTest, TableByDefault) {
