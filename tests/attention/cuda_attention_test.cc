@@ -170,7 +170,7 @@ TEST_P(CudaAttentionTest, MatchesCpuKernel) {
   Tensor reference = Tensor::empty({rows, c.q_heads * c.head_v}, DType::kF32);
   cpu_paged_attention(params, widen(query), widen(key), widen(value), host_cache, meta, reference);
 
-  cuda::AttentionPlan plan(8, 1024, widest + 4, c.block_size);
+  cuda::AttentionPlan plan(32, 1024, widest + 4, c.block_size);
   plan.fixed_decode_splits = c.fixed_splits;
   plan.update(meta);
   Tensor host_sinks = Tensor::empty({c.q_heads}, DType::kF32);
@@ -207,6 +207,13 @@ using Seqs = std::vector<std::pair<int64_t, int64_t>>;
 const Seqs kMixed = {{700, 1}, {1500, 1}, {33, 1}, {0, 37}, {100, 20}};
 const Seqs kLong = {{3000, 1}, {4100, 1}};
 const Seqs kPrefill = {{0, 300}, {50, 129}, {0, 1}};
+// More (sequence, KV head) pairs than an H200 has multiprocessors: narrow decode CTAs.
+const Seqs kManyDecodes = [] {
+  Seqs seqs;
+  for (int64_t i = 0; i < 24; ++i)
+    seqs.push_back({1 + i * 97 % 1300, 1});
+  return seqs;
+}();
 
 INSTANTIATE_TEST_SUITE_P(
     Shapes, CudaAttentionTest,
@@ -214,6 +221,8 @@ INSTANTIATE_TEST_SUITE_P(
                                         false, kMixed, 3, 0},
                       CudaAttentionCase{"llama hnd", 16, 32, 8, 128, 128, PageOrder::kHnd, 0, 0, 0,
                                         false, kMixed, 0, 0},
+                      CudaAttentionCase{"many decodes", 16, 32, 8, 128, 128, PageOrder::kNhd, 0, 0,
+                                        0, false, kManyDecodes, 2, 0},
                       CudaAttentionCase{"padded pages", 16, 32, 8, 128, 128, PageOrder::kNhd, 4096,
                                         0, 0, false, kMixed, 1, 0},
                       CudaAttentionCase{"long split decode", 16, 32, 8, 128, 128, PageOrder::kNhd,

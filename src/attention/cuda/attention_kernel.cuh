@@ -3,16 +3,17 @@
 // A CTA serves one (sequence, KV head, row tile, KV split). Its query rows are the
 // (token, head-in-group) pairs of that KV head's query group, token-major, so a decode token of a
 // 32q/8kv model fills 4 of the 16 rows of an mma tile and the KV head's pages are read once for
-// all 4 query heads. Keys stream through shared memory in chunks of 64, double-buffered with
-// cp.async (16-byte copies; keys past the range are zero-filled). Each key's address comes from
-// the block table and the cache's runtime block / token / head strides.
+// all 4 query heads. Keys stream through shared memory in chunks (64 keys, 128 for wide decode
+// CTAs, 32 for the prefill of 512-wide heads), pipelined with cp.async (16-byte copies; keys past
+// the range are zero-filled). Each key's address comes from the block table and the cache's
+// runtime block / token / head strides.
 //
-// Decode (kRowTiles = 1): 8 warps share one row tile and take 8 keys of each chunk apiece, so a
-// CTA's chain of dependent instructions per chunk is short; their online-softmax states are merged
-// through shared memory at the end. Long contexts split across CTAs; each writes a partial (O / l,
-// log2-sum-exp) and the last CTA of a (sequence, KV head) to finish merges them, found through a
-// counter it resets for the next launch. Prefill (kRowTiles = 4): each of 4 warps owns 16 of 64
-// rows and reads every key of each chunk.
+// Decode (kRowTiles = 1): the warps (8 over chunks of 64 keys, or 16 over 128) share one row tile
+// and take 8 keys of each chunk apiece, so a CTA's chain of dependent instructions per chunk is
+// short; their online-softmax states are merged through shared memory at the end. Long contexts
+// split across CTAs; each writes a partial (O / l, log2-sum-exp) and the last CTA of a (sequence,
+// KV head) to finish merges them, found through a counter it resets for the next launch. Prefill
+// (kRowTiles = 4): each of 4 warps owns 16 of 64 rows and reads every key of each chunk.
 #pragma once
 
 #include <cuda_bf16.h>

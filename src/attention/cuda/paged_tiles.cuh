@@ -62,9 +62,9 @@ template <int kDk, int kDv, int kRowTiles, int kStageCount, int kChunkKeys>
 struct Shape {
   static constexpr int kChunk = kChunkKeys;
   static constexpr int kRows = 16 * kRowTiles;
-  // Decode CTAs: 8 warps of 8 keys each per chunk, so that short work still keeps many warps
-  // busy; prefill: 4 warps, one per row tile.
-  static constexpr int kWarps = kRowTiles == 1 ? 8 : 4;
+  // Decode CTAs: a warp per 8 keys of a chunk, so that short work still keeps many warps busy;
+  // prefill: 4 warps, one per row tile.
+  static constexpr int kWarps = kRowTiles == 1 ? kChunkKeys / 8 : 4;
   static constexpr int kThreads = kWarps * 32;
   static constexpr int kKeyGroups = kWarps / kRowTiles;
   static constexpr int kKeysPerWarp = kChunk / kKeyGroups;
