@@ -154,14 +154,15 @@ RunnerOutput ModelRunner::execute(const std::vector<ScheduledSequence>& batch,
       PAGODA_CHECK(output.num_rows[i] == 1, "device sampling takes one logits row per sequence");
       row_params[output.first_row[i]] = options.device_sampling[i];
     }
-    const Tensor ids = Tensor::uninitialized({count}, DType::kI32, logits.device());
-    const Tensor logprobs = Tensor::uninitialized({count}, DType::kF32, logits.device());
-    cuda::sample(logits, row_params, ids, logprobs);
-    const Tensor host_ids = ids.to(Device::cpu());
-    const Tensor host_logprobs = logprobs.to(Device::cpu());
-    output.sampled_ids.assign(host_ids.data<int32_t>(), host_ids.data<int32_t>() + count);
-    output.sampled_logprobs.assign(host_logprobs.data<float>(),
-                                   host_logprobs.data<float>() + count);
+    // Ids and log-probabilities side by side, so one copy brings both back.
+    const Tensor sampled = Tensor::uninitialized({2, count}, DType::kI32, logits.device());
+    cuda::sample(logits, row_params, sampled.select(0, 0),
+                 sampled.select(0, 1).reinterpret(DType::kF32));
+    const Tensor host = sampled.to(Device::cpu());
+    const auto* ids = host.select(0, 0).data<int32_t>();
+    const auto* logprobs = host.select(0, 1).reinterpret(DType::kF32).data<float>();
+    output.sampled_ids.assign(ids, ids + count);
+    output.sampled_logprobs.assign(logprobs, logprobs + count);
 #endif
   } else {
     output.logits = logits.to(Device::cpu());

@@ -22,20 +22,27 @@ namespace {
 constexpr int kThreads = 1024;
 constexpr int kWarps = kThreads / 32;
 
+// The running argmax of part of a row, and Σ exp(logit - value) over that part.
 struct Best {
   float value;
   int index;
+  float sum;
 };
 
-// The larger value; on a tie the lower index, as the host sampler chooses.
+// The larger value; on a tie the lower index, as the host sampler chooses. The sums meet at the
+// larger value.
 __device__ __forceinline__ Best better(Best a, Best b) {
-  return (b.value > a.value || (b.value == a.value && b.index < a.index)) ? b : a;
+  const bool b_wins = b.value > a.value || (b.value == a.value && b.index < a.index);
+  const Best top = b_wins ? b : a;
+  const Best other = b_wins ? a : b;
+  return {top.value, top.index, top.sum + other.sum * expf(other.value - top.value)};
 }
 
 __device__ __forceinline__ Best warp_best(Best best) {
   for (int offset = 16; offset > 0; offset /= 2) {
     const Best other{__shfl_xor_sync(0xffffffffu, best.value, offset),
-                     __shfl_xor_sync(0xffffffffu, best.index, offset)};
+                     __shfl_xor_sync(0xffffffffu, best.index, offset),
+                     __shfl_xor_sync(0xffffffffu, best.sum, offset)};
     best = better(best, other);
   }
   return best;
@@ -141,25 +148,22 @@ __global__ void __launch_bounds__(kThreads)
   start_after_prior_kernels();
   __shared__ Best warp_bests[kWarps];
   __shared__ double scratch[kWarps];
-  __shared__ float float_scratch[kWarps];
   __shared__ unsigned long long found;
   const SamplingRow params = rows != nullptr ? rows[blockIdx.x] : SamplingRow{};
   const float* row = logits + blockIdx.x * vocab;
 
-  // The argmax, and the log-sum-exp of the raw logits for the sampled token's log-probability.
-  Best best{-FLT_MAX, INT_MAX};
+  // The argmax, and the log-sum-exp of the raw logits for the sampled token's log-probability, in
+  // one pass over the row.
+  Best best{-FLT_MAX, INT_MAX, 0.0f};
   for (int64_t i = threadIdx.x; i < vocab; i += kThreads)
-    best = better(best, Best{row[i], static_cast<int>(i)});
+    best = better(best, Best{row[i], static_cast<int>(i), 1.0f});
   best = warp_best(best);
   if (threadIdx.x % 32 == 0) warp_bests[threadIdx.x / 32] = best;
   __syncthreads();
   best = warp_bests[0];
   for (int w = 1; w < kWarps; ++w)
     best = better(best, warp_bests[w]);
-  float sum = 0.0f;
-  for (int64_t i = threadIdx.x; i < vocab; i += kThreads)
-    sum += expf(row[i] - best.value);
-  const float log_total = best.value + logf(block_sum(sum, float_scratch));
+  const float log_total = best.value + logf(best.sum);
 
   int64_t token = best.index;
   if (params.temperature > 0.0) {
