@@ -334,11 +334,13 @@ TEST(CudaOpsTest, LinearMatchesCpuAndWritesEveryElement) {
 }
 
 // The matrix-vector kernel itself (linear() takes it only where it times faster), for 1 to 4
-// rows, a last warp with one row, and K not a multiple of its unrolled step.
+// rows, a last warp with one row, and K not a multiple of its unrolled step: K's four parts
+// uneven (2056) or some of them empty (200).
 TEST(CudaOpsTest, GemvMatchesCpuAndWritesEveryElement) {
   if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
   std::mt19937 rng(11);
-  for (const auto& [n, k] : {std::pair{4096, 4096}, std::pair{1001, 14336}, std::pair{17, 200}}) {
+  for (const auto& [n, k] :
+       {std::pair{4096, 4096}, std::pair{1001, 14336}, std::pair{33, 2056}, std::pair{17, 200}}) {
     const Tensor w = rounded(random_tensor({n, k}, rng), DType::kBF16);
     const Tensor device_w = to_cuda(w, DType::kBF16);
     for (int64_t m = 1; m <= cuda::kMaxGemvRows; ++m) {
