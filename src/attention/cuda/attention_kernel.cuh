@@ -94,11 +94,24 @@ __global__ void __launch_bounds__(Shape<kDk, kDv, kRowTiles, kStages, kChunkKeys
   float l[2] = {0.0f, 0.0f};
 
   // Chunk c lives in stage c % kStages; kStages - 1 chunks are in flight ahead of the one in use.
+  // Decode warps each read only their own keys of a chunk, so each copies them itself and waits
+  // for its own copies: no barrier across warps per chunk.
+  constexpr bool kWarpCopies = kRowTiles == 1;
+  const int warp_first_key = (threadIdx.x / 32 / kRowTiles) * S::kKeysPerWarp;
   auto issue = [&](int chunk) {
     if (chunk < num_chunks) {
       bf16* stage = stages + (chunk % S::kStages) * S::kStageElems;
-      load_chunk<kDk, kDv, kChunk, kThreads>(a, v_slice, seq, kv_head, start + chunk * kChunk, end,
-                                             window, stage, stage + kChunk * S::kKStride);
+      const int first = start + chunk * kChunk;
+      if constexpr (kWarpCopies) {
+        keep_window<kThreads>(a, seq, first, min(first + kChunk, end) - 1, window);
+        load_warp_keys<kDk, kDv, S::kKeysPerWarp>(
+            a, v_slice, window, kv_head, first + warp_first_key, end,
+            stage + warp_first_key * S::kKStride,
+            stage + kChunk * S::kKStride + warp_first_key * S::kVStride);
+      } else {
+        load_chunk<kDk, kDv, kChunk, kThreads>(a, v_slice, seq, kv_head, first, end, window, stage,
+                                               stage + kChunk * S::kKStride);
+      }
     }
     copy_commit();  // an empty group keeps the count of groups per chunk fixed
   };
@@ -151,10 +164,16 @@ __global__ void __launch_bounds__(Shape<kDk, kDv, kRowTiles, kStages, kChunkKeys
     }
     *reinterpret_cast<uint4*>(q_s + r * S::kKStride + piece * 8) = value;
   }
+  if constexpr (kWarpCopies) __syncthreads();  // the query rows are published
   for (int c = 0; c < num_chunks; ++c) {
     copy_wait<S::kStages - 2>();
-    // Chunk c is visible to all, and every warp is done with chunk c - 1, whose stage is refilled.
-    __syncthreads();
+    // Chunk c is visible to all (or, to each decode warp, its keys of it), and every warp is done
+    // with chunk c - 1, whose stage is refilled.
+    if constexpr (kWarpCopies) {
+      __syncwarp();
+    } else {
+      __syncthreads();
+    }
     issue(c + S::kStages - 1);
 
     const bf16* k_s = stages + (c % S::kStages) * S::kStageElems;

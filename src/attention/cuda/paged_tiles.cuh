@@ -180,25 +180,79 @@ __device__ __forceinline__ void load_rows(const Args& a, const PagedTensor& t,
   }
 }
 
+// Moves the table window to the pages of keys [first, ...) when the chunk's last key at
+// `last_pos` lies past it. Every thread calls it for the same chunk.
+template <int kThreads>
+__device__ __forceinline__ void keep_window(const Args& a, int seq, int first, int last_pos,
+                                            TableWindow& window) {
+  if (a.block_divisor.divide(last_pos) >= window.first_page + kTableWindow) {
+    __syncthreads();  // every copy from the old window has been issued
+    fill_window<kThreads>(a, seq, a.block_divisor.divide(first), window);
+  }
+}
+
+// Whether K and V rows sit at the same offsets from their bases (one cache tensor holding both):
+// one address computation then serves the two copies.
+template <int kDk, int kDv>
+__device__ __forceinline__ bool paired_rows(const Args& a) {
+  return kDk == kDv && a.head_size_k == kDk && a.dv_slices == 1 &&
+         a.k.block_stride == a.v.block_stride && a.k.token_stride == a.v.token_stride &&
+         a.k.head_stride == a.v.head_stride;
+}
+
 // Queues keys [first, first + kChunk) of K and V into one stage, moving the table window first
 // when the chunk's pages run past it.
 template <int kDk, int kDv, int kChunk, int kThreads>
 __device__ void load_chunk(const Args& a, const PagedTensor& v, int seq, int kv_head, int first,
                            int end, TableWindow& window, bf16* k_stage, bf16* v_stage) {
-  const int last_pos = min(first + kChunk, end) - 1;
-  if (a.block_divisor.divide(last_pos) >= window.first_page + kTableWindow) {
-    __syncthreads();  // every copy from the old window has been issued
-    fill_window<kThreads>(a, seq, a.block_divisor.divide(first), window);
-  }
+  keep_window<kThreads>(a, seq, first, min(first + kChunk, end) - 1, window);
   if constexpr (kDk == kDv && whole_row_passes<kDk, kChunk, kThreads>()) {
-    if (a.head_size_k == kDk && a.dv_slices == 1 && a.k.block_stride == a.v.block_stride &&
-        a.k.token_stride == a.v.token_stride && a.k.head_stride == a.v.head_stride) {
+    if (paired_rows<kDk, kDv>(a)) {
       load_paired_rows<kDk, kChunk, kThreads>(a, window, kv_head, first, end, k_stage, v_stage);
       return;
     }
   }
   load_rows<kDk, kChunk, kThreads>(a, a.k, window, kv_head, first, end, a.head_size_k, k_stage);
   load_rows<kDv, kChunk, kThreads>(a, v, window, kv_head, first, end, kDv, v_stage);
+}
+
+// One warp's `kKeys` keys from `first` of `t` (those below `end`; the rest zero-filled) into rows
+// [kKeys][kDim + 8] at `rows`; `width` of each row is used, the rest zero. With `v` given, the same
+// rows of V (as wide as K, at the same offsets) come along.
+template <int kDim, int kKeys>
+__device__ __forceinline__ void load_warp_rows(const Args& a, const PagedTensor& t,
+                                               const TableWindow& window, int kv_head, int first,
+                                               int end, int width, bf16* rows,
+                                               const bf16* v_base = nullptr,
+                                               bf16* v_rows = nullptr) {
+  constexpr int kPieces = kDim / 8;
+  constexpr int kStride = kDim + 8;
+  const int used_pieces = width / 8;
+  const auto head = static_cast<int32_t>(kv_head * t.head_stride);
+#pragma unroll
+  for (int i = threadIdx.x % 32; i < kKeys * kPieces; i += 32) {
+    const int key = i / kPieces;
+    const int piece = i % kPieces;
+    const int pos = min(first + key, end - 1);
+    const bool valid = first + key < end && piece < used_pieces;
+    const int64_t offset = row_offset(a, t, window, pos, head + min(piece, used_pieces - 1) * 8);
+    copy_16(rows + key * kStride + piece * 8, t.base + offset, valid);
+    if (v_rows != nullptr) copy_16(v_rows + key * kStride + piece * 8, v_base + offset, valid);
+  }
+}
+
+// Decode: the keys [first, first + kKeys) of a chunk that this warp alone reads, K and V, so warps
+// need no barrier between chunks.
+template <int kDk, int kDv, int kKeys>
+__device__ __forceinline__ void load_warp_keys(const Args& a, const PagedTensor& v,
+                                               const TableWindow& window, int kv_head, int first,
+                                               int end, bf16* k_rows, bf16* v_rows) {
+  if (kDk == kDv && paired_rows<kDk, kDv>(a)) {
+    load_warp_rows<kDk, kKeys>(a, a.k, window, kv_head, first, end, kDk, k_rows, a.v.base, v_rows);
+    return;
+  }
+  load_warp_rows<kDk, kKeys>(a, a.k, window, kv_head, first, end, a.head_size_k, k_rows);
+  load_warp_rows<kDv, kKeys>(a, v, window, kv_head, first, end, kDv, v_rows);
 }
 
 }  // namespace pagoda::cuda::attention
