@@ -10,9 +10,10 @@
 //
 // Decode (kRowTiles = 1): the warps (8 over chunks of 64 keys, or 16 over 128) share one row tile
 // and take 8 keys of each chunk apiece, so a CTA's chain of dependent instructions per chunk is
-// short; their online-softmax states are merged through shared memory at the end. Long contexts
-// split across CTAs; each writes a partial (O / l, log2-sum-exp) and the last CTA of a (sequence,
-// KV head) to finish merges them, found through a counter it resets for the next launch. Prefill
+// short. Each warp copies its own keys of each chunk and waits only for them; the warps'
+// online-softmax states are merged through shared memory at the end. Long contexts split across
+// CTAs; each writes a partial (O / l, log2-sum-exp) and the last CTA of a (sequence, KV head) to
+// finish merges them, found through a counter it resets for the next launch. Prefill
 // (kRowTiles = 4): each of 4 warps owns 16 of 64 rows and reads every key of each chunk.
 #pragma once
 
@@ -97,7 +98,7 @@ __global__ void __launch_bounds__(Shape<kDk, kDv, kRowTiles, kStages, kChunkKeys
   // Decode warps each read only their own keys of a chunk, so each copies them itself and waits
   // for its own copies: no barrier across warps per chunk.
   constexpr bool kWarpCopies = kRowTiles == 1;
-  const int warp_first_key = (threadIdx.x / 32 / kRowTiles) * S::kKeysPerWarp;
+  const int warp_first_key = warp_keys * S::kKeysPerWarp;
   auto issue = [&](int chunk) {
     if (chunk < num_chunks) {
       bf16* stage = stages + (chunk % S::kStages) * S::kStageElems;
@@ -150,8 +151,8 @@ __global__ void __launch_bounds__(Shape<kDk, kDv, kRowTiles, kStages, kChunkKeys
   }
   for (int c = early; c < S::kStages - 1; ++c)
     issue(c);
-  // Query rows of this tile; rows past the sequence are zero. The loop's first barrier publishes
-  // them.
+  // Query rows of this tile; rows past the sequence are zero. A barrier publishes them: the
+  // loop's first, or for decode warps, which have none in the loop, the one after.
   for (int i = threadIdx.x; i < S::kRows * (kDk / 8); i += kThreads) {
     const int r = i / (kDk / 8);
     const int piece = i % (kDk / 8);
@@ -164,7 +165,7 @@ __global__ void __launch_bounds__(Shape<kDk, kDv, kRowTiles, kStages, kChunkKeys
     }
     *reinterpret_cast<uint4*>(q_s + r * S::kKStride + piece * 8) = value;
   }
-  if constexpr (kWarpCopies) __syncthreads();  // the query rows are published
+  if constexpr (kWarpCopies) __syncthreads();
   for (int c = 0; c < num_chunks; ++c) {
     copy_wait<S::kStages - 2>();
     // Chunk c is visible to all (or, to each decode warp, its keys of it), and every warp is done

@@ -143,18 +143,46 @@ __device__ __forceinline__ void load_paired_rows(const Args& a, const TableWindo
   }
 }
 
+// Queues the copy of `kDim`-wide rows of keys [first, first + kKeys) of `t` (those below `end`;
+// the rest zero-filled) into `rows` [kKeys][kDim + 8], `width` of each row used (the rest zero).
+// The (key, 16-byte piece) items are dealt out over `kCopiers` threads, this one being `copier`.
+// With `v_rows`, the same rows of V (as wide as K and at the same offsets, from `v_base`) come
+// along.
+template <int kDim, int kKeys, int kCopiers>
+__device__ __forceinline__ void load_rows_by_piece(const Args& a, const PagedTensor& t,
+                                                   const TableWindow& window, int kv_head,
+                                                   int first, int end, int width, int copier,
+                                                   bf16* rows, const bf16* v_base = nullptr,
+                                                   bf16* v_rows = nullptr) {
+  constexpr int kPieces = kDim / 8;
+  constexpr int kStride = kDim + 8;
+  const int used_pieces = width / 8;
+  const auto head = static_cast<int32_t>(kv_head * t.head_stride);
+#pragma unroll 4
+  for (int i = copier; i < kKeys * kPieces; i += kCopiers) {
+    const int key = i / kPieces;
+    const int piece = i % kPieces;
+    const int pos = min(first + key, end - 1);
+    const bool valid = first + key < end && piece < used_pieces;
+    const int64_t offset = row_offset(a, t, window, pos, head + min(piece, used_pieces - 1) * 8);
+    copy_16(rows + key * kStride + piece * 8, t.base + offset, valid);
+    if (v_rows != nullptr) copy_16(v_rows + key * kStride + piece * 8, v_base + offset, valid);
+  }
+}
+
 // Queues the copy of `kDim`-wide rows of keys [first, first + kChunk) of `t` (those below `end`;
-// the rest zero-filled) into `stage` [kChunk][kDim + 8]. Each thread keeps one 16-byte piece of a
-// row and steps over keys, so the piece offset is computed once.
+// the rest zero-filled) into `stage` [kChunk][kDim + 8]. Where the CTA's threads cover whole rows
+// in each pass, each keeps one 16-byte piece of a row and steps over keys, so the piece offset is
+// computed once.
 template <int kDim, int kChunk, int kThreads>
 __device__ __forceinline__ void load_rows(const Args& a, const PagedTensor& t,
                                           const TableWindow& window, int kv_head, int first,
                                           int end, int width, bf16* stage) {
-  constexpr int kPieces = kDim / 8;
-  const int used_pieces = width / 8;  // pieces past the row's width are zero
-  constexpr int kStride = kDim + 8;
-  const auto head = static_cast<int32_t>(kv_head * t.head_stride);
   if constexpr (whole_row_passes<kDim, kChunk, kThreads>()) {
+    constexpr int kPieces = kDim / 8;
+    constexpr int kStride = kDim + 8;
+    const int used_pieces = width / 8;  // pieces past the row's width are zero
+    const auto head = static_cast<int32_t>(kv_head * t.head_stride);
     constexpr int kKeyStep = kThreads / kPieces;
     const int piece = threadIdx.x % kPieces;
     const int key0 = threadIdx.x / kPieces;
@@ -168,15 +196,8 @@ __device__ __forceinline__ void load_rows(const Args& a, const PagedTensor& t,
       copy_16(stage + key * kStride + piece * 8, t.base + offset, valid);
     }
   } else {
-#pragma unroll 4
-    for (int i = threadIdx.x; i < kChunk * kPieces; i += kThreads) {
-      const int key = i / kPieces;
-      const int piece = i % kPieces;
-      const int pos = min(first + key, end - 1);
-      const bool valid = first + key < end && piece < used_pieces;
-      const int64_t offset = row_offset(a, t, window, pos, head + min(piece, used_pieces - 1) * 8);
-      copy_16(stage + key * kStride + piece * 8, t.base + offset, valid);
-    }
+    load_rows_by_piece<kDim, kChunk, kThreads>(a, t, window, kv_head, first, end, width,
+                                               threadIdx.x, stage);
   }
 }
 
@@ -216,43 +237,21 @@ __device__ void load_chunk(const Args& a, const PagedTensor& v, int seq, int kv_
   load_rows<kDv, kChunk, kThreads>(a, v, window, kv_head, first, end, kDv, v_stage);
 }
 
-// One warp's `kKeys` keys from `first` of `t` (those below `end`; the rest zero-filled) into rows
-// [kKeys][kDim + 8] at `rows`; `width` of each row is used, the rest zero. With `v` given, the same
-// rows of V (as wide as K, at the same offsets) come along.
-template <int kDim, int kKeys>
-__device__ __forceinline__ void load_warp_rows(const Args& a, const PagedTensor& t,
-                                               const TableWindow& window, int kv_head, int first,
-                                               int end, int width, bf16* rows,
-                                               const bf16* v_base = nullptr,
-                                               bf16* v_rows = nullptr) {
-  constexpr int kPieces = kDim / 8;
-  constexpr int kStride = kDim + 8;
-  const int used_pieces = width / 8;
-  const auto head = static_cast<int32_t>(kv_head * t.head_stride);
-#pragma unroll
-  for (int i = threadIdx.x % 32; i < kKeys * kPieces; i += 32) {
-    const int key = i / kPieces;
-    const int piece = i % kPieces;
-    const int pos = min(first + key, end - 1);
-    const bool valid = first + key < end && piece < used_pieces;
-    const int64_t offset = row_offset(a, t, window, pos, head + min(piece, used_pieces - 1) * 8);
-    copy_16(rows + key * kStride + piece * 8, t.base + offset, valid);
-    if (v_rows != nullptr) copy_16(v_rows + key * kStride + piece * 8, v_base + offset, valid);
-  }
-}
-
 // Decode: the keys [first, first + kKeys) of a chunk that this warp alone reads, K and V, so warps
 // need no barrier between chunks.
 template <int kDk, int kDv, int kKeys>
 __device__ __forceinline__ void load_warp_keys(const Args& a, const PagedTensor& v,
                                                const TableWindow& window, int kv_head, int first,
                                                int end, bf16* k_rows, bf16* v_rows) {
-  if (kDk == kDv && paired_rows<kDk, kDv>(a)) {
-    load_warp_rows<kDk, kKeys>(a, a.k, window, kv_head, first, end, kDk, k_rows, a.v.base, v_rows);
+  const int lane = threadIdx.x % 32;
+  if (paired_rows<kDk, kDv>(a)) {
+    load_rows_by_piece<kDk, kKeys, 32>(a, a.k, window, kv_head, first, end, kDk, lane, k_rows,
+                                       a.v.base, v_rows);
     return;
   }
-  load_warp_rows<kDk, kKeys>(a, a.k, window, kv_head, first, end, a.head_size_k, k_rows);
-  load_warp_rows<kDv, kKeys>(a, v, window, kv_head, first, end, kDv, v_rows);
+  load_rows_by_piece<kDk, kKeys, 32>(a, a.k, window, kv_head, first, end, a.head_size_k, lane,
+                                     k_rows);
+  load_rows_by_piece<kDv, kKeys, 32>(a, v, window, kv_head, first, end, kDv, lane, v_rows);
 }
 
 }  // namespace pagoda::cuda::attention
