@@ -101,9 +101,9 @@ struct Kernel {
 // Calls body(Kernel<...>{}) for the instantiation of these head sizes. `wide` asks for decode
 // CTAs of 16 warps over 128-key chunks, in place of 8 warps over 64 keys: each CTA walks half as
 // many chunks, which pays where each multiprocessor holds one CTA anyway (batch-1 decode:
-// Llama-3-8B steps 4.69 -> 4.50 ms); where two narrow CTAs fit on a multiprocessor and one wide one
-// does, the narrow ones are faster. Heads up to 128 wide only: three wide stages of wider heads do
-// not fit.
+// Llama-3-8B steps 4.69 -> 4.50 ms). Where a multiprocessor holds two narrow CTAs but only one
+// wide one, the narrow ones are faster. Heads up to 128 wide only: three wide stages of wider
+// heads do not fit.
 template <int kRowTiles, int kStages, typename Body>
 void with_kernel(int64_t dk, int64_t dv, bool wide, Body&& body) {
   if constexpr (kRowTiles == 1) {
