@@ -303,7 +303,8 @@ __global__ void __launch_bounds__(Shape<kDk, kDv, kRowTiles, kStages, kChunkKeys
   copy_wait<0>();
   __syncthreads();
 
-  // Every warp's state to shared memory: m, l, then O, per (key group, row).
+  // Every warp's state to shared memory: m, l, then O, per (key group, row). Only real rows: a
+  // decode of a 4-head query group fills 4 of the tile's 16.
   float* merge_m = reinterpret_cast<float*>(stages);
   float* merge_l = merge_m + S::kKeyGroups * S::kRows;
   float* merge_o = merge_l + S::kKeyGroups * S::kRows;
@@ -311,15 +312,17 @@ __global__ void __launch_bounds__(Shape<kDk, kDv, kRowTiles, kStages, kChunkKeys
   for (int i = 0; i < 2; ++i) {
     l[i] += __shfl_xor_sync(0xffffffffu, l[i], 1);
     l[i] += __shfl_xor_sync(0xffffffffu, l[i], 2);
-    const int slot = warp_keys * S::kRows + warp_rows * 16 + g + 8 * i;
+    const int row = warp_rows * 16 + g + 8 * i;
+    if (row >= rows_here) continue;
+    const int slot = warp_keys * S::kRows + row;
     if (t4 == 0) {
       merge_m[slot] = m[i];
       merge_l[slot] = l[i];
     }
 #pragma unroll
     for (int d = 0; d < kDv / 8; ++d) {
-      merge_o[slot * kDv + d * 8 + t4 * 2] = o[d][2 * i];
-      merge_o[slot * kDv + d * 8 + t4 * 2 + 1] = o[d][2 * i + 1];
+      *reinterpret_cast<float2*>(merge_o + slot * S::kMergeStride + d * 8 + t4 * 2) =
+          make_float2(o[d][2 * i], o[d][2 * i + 1]);
     }
   }
   __syncthreads();
@@ -349,7 +352,7 @@ __global__ void __launch_bounds__(Shape<kDk, kDv, kRowTiles, kStages, kChunkKeys
     for (int w = 0; w < S::kKeyGroups; ++w) {
       const float weight = exp2f(merge_m[w * S::kRows + r] - m_use);
       l_all += merge_l[w * S::kRows + r] * weight;
-      o_all += merge_o[(w * S::kRows + r) * kDv + d] * weight;
+      o_all += merge_o[(w * S::kRows + r) * S::kMergeStride + d] * weight;
     }
     if (!split_kv) {
       const int token = q_begin + (row_begin + r) / a.group;

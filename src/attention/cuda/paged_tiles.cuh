@@ -73,7 +73,10 @@ struct Shape {
   static constexpr int kQElems = kRows * kKStride;
   static constexpr int kStageElems = kChunk * (kKStride + kVStride);
   static constexpr int kStages = kStageCount;
-  static constexpr int kMergeFloats = kKeyGroups * kRows * (kDv + 2);
+  // The end-of-CTA merge: per (key group, row) m, l and an O row padded to kMergeStride floats,
+  // so that a warp's float2 stores of its accumulators hit distinct banks.
+  static constexpr int kMergeStride = kDv + 8;
+  static constexpr int kMergeFloats = kKeyGroups * kRows * (kMergeStride + 2);
   // Q, then the K/V stages and the table window; the merge reuses the stages.
   static constexpr int kSmemBytes =
       kQElems * 2 + (kStages * kStageElems * 2 + kTableWindow * 4 > kMergeFloats * 4
