@@ -84,6 +84,22 @@ void add_rms_norm(const Tensor& residual, const Tensor& x, const Tensor& weight,
       PAGODA_GPU(cuda::add_rms_norm(residual, x, weight, eps, weight_offset, out)));
 }
 
+void add_normed(const Tensor& residual, const Tensor& x, const RmsNormParams& x_norm, float scale,
+                const RmsNormParams& out_norm, const Tensor& out) {
+  dispatch(
+      residual,
+      [&] {
+        const Tensor normed = like(x, x.shape());
+        cpu::rms_norm(x, x_norm.weight, x_norm.eps, x_norm.weight_offset, normed);
+        cpu::add_in_place(residual, normed);
+        if (scale != 1.0f) scale_in_place(residual, scale);
+        if (out.defined()) {
+          cpu::rms_norm(residual, out_norm.weight, out_norm.eps, out_norm.weight_offset, out);
+        }
+      },
+      PAGODA_GPU(cuda::add_normed(residual, x, x_norm, scale, out_norm, out)));
+}
+
 void add_in_place(const Tensor& x, const Tensor& y) {
   dispatch(
       x, [&] { cpu::add_in_place(x, y); }, PAGODA_GPU(cuda::add_in_place(x, y)));

@@ -8,6 +8,7 @@
 
 #include "core/tensor.h"
 #include "ops/activation.h"
+#include "ops/norm_params.h"
 
 namespace pagoda::ops {
 
@@ -31,6 +32,11 @@ void rms_norm(const Tensor& x, const Tensor& weight, float eps, float weight_off
 // residual += x; out = rms_norm(residual): one pass on a GPU.
 void add_rms_norm(const Tensor& residual, const Tensor& x, const Tensor& weight, float eps,
                   float weight_offset, const Tensor& out);
+// residual = (residual + rms_norm(x, x_norm)) * scale; then, unless out is undefined,
+// out = rms_norm(residual, out_norm). One pass on a GPU for what Gemma does after each block: the
+// block's output norm, the residual add, the layer scalar and the next block's input norm.
+void add_normed(const Tensor& residual, const Tensor& x, const RmsNormParams& x_norm, float scale,
+                const RmsNormParams& out_norm, const Tensor& out);
 void add_in_place(const Tensor& x, const Tensor& y);
 void scale_in_place(const Tensor& x, float factor);
 void softcap_in_place(const Tensor& x, float cap);

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <string>
 #include <tuple>
 #include <vector>
 
@@ -192,6 +193,57 @@ TEST(CudaOpsTest, AddRmsNormMatchesCpu) {
             << dtype_name(dtype) << " residual, rows " << rows << " dim " << dim;
         EXPECT_LE(relative_error(to_host_f32(out), ref), tolerance(dtype))
             << dtype_name(dtype) << " rows " << rows << " dim " << dim;
+      }
+    }
+  }
+}
+
+// residual = (residual + norm_a(x)) * scale; out = norm_b(residual), against the CPU ops in
+// sequence, each result rounded to the activation dtype as the device rounds it. Also without the
+// second norm, and with a weightless first norm.
+TEST(CudaOpsTest, AddNormedMatchesCpu) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  std::mt19937 rng(12);
+  for (DType dtype : kActivationDtypes) {
+    for (int64_t rows : kRows) {
+      for (int64_t dim : kDims) {
+        for (bool with_out : {true, false}) {
+          const Tensor residual = rounded(random_tensor({rows, dim}, rng, 4.0f), dtype);
+          const Tensor x = rounded(random_tensor({rows, dim}, rng), dtype);
+          const Tensor w_a = cast(random_tensor({dim}, rng), DType::kBF16);
+          const Tensor w_b = cast(random_tensor({dim}, rng), DType::kBF16);
+          const RmsNormParams norm_a{with_out ? w_a : Tensor(), 1e-6f, 0.0f};
+          const RmsNormParams norm_b{w_b, 1e-5f, 1.0f};
+          const float scale = 0.75f;
+
+          Tensor normed = Tensor::empty({rows, dim}, DType::kF32);
+          cpu::rms_norm(x, norm_a.weight, norm_a.eps, norm_a.weight_offset, normed);
+          Tensor sum = residual.clone();
+          cpu::add_in_place(sum, rounded(normed, dtype));
+          sum = rounded(sum, dtype);
+          for (int64_t i = 0; i < sum.numel(); ++i)
+            sum.data<float>()[i] *= scale;
+          sum = rounded(sum, dtype);
+          Tensor ref = Tensor::empty({rows, dim}, DType::kF32);
+          cpu::rms_norm(sum, w_b, norm_b.eps, norm_b.weight_offset, ref);
+
+          const Tensor device_residual = to_cuda(residual, dtype);
+          const Tensor device_x = to_cuda(x, dtype);
+          const Tensor out = with_out ? poisoned({rows, dim}, dtype) : Tensor();
+          const RmsNormParams device_a{with_out ? w_a.to(Device::cuda()) : Tensor(), norm_a.eps,
+                                       norm_a.weight_offset};
+          const RmsNormParams device_b{w_b.to(Device::cuda()), norm_b.eps, norm_b.weight_offset};
+          cuda::add_normed(device_residual, device_x, device_a, scale, device_b, out);
+          const std::string what = std::string(dtype_name(dtype)) + " rows " +
+                                   std::to_string(rows) + " dim " + std::to_string(dim) +
+                                   (with_out ? "" : " without out");
+          EXPECT_LE(relative_error(to_host_f32(device_residual), sum), tolerance(dtype))
+              << what << ": residual";
+          EXPECT_EQ(relative_error(to_host_f32(device_x), x), 0.0) << what << ": x changed";
+          if (with_out) {
+            EXPECT_LE(relative_error(to_host_f32(out), ref), tolerance(dtype)) << what;
+          }
+        }
       }
     }
   }

@@ -3,9 +3,11 @@
 #include <cmath>
 #include <numbers>
 #include <random>
+#include <vector>
 
 #include "ops/cpu/matmul.h"
 #include "ops/cpu/ops.h"
+#include "ops/ops.h"
 #include "ops/rope.h"
 
 namespace pagoda {
@@ -66,6 +68,52 @@ TEST(OpsTest, RmsNormWithOffset) {
   EXPECT_NEAR(out.at<float>({0, 3}), 4 / rms * 0.5f, 1e-6);
   cpu::rms_norm(x, w, 0.0f, 1.0f, out);  // Gemma style: (1 + w)
   EXPECT_NEAR(out.at<float>({1, 0}), -1 / std::sqrt(0.5f) * 1.5f, 1e-6);
+}
+
+// x / rms(x) * (w + offset) of one row, in double; w may be undefined (a factor of 1).
+std::vector<double> normed_row(const std::vector<double>& x, const Tensor& w, double eps,
+                               double offset) {
+  double squares = 0;
+  for (double v : x)
+    squares += v * v;
+  const double inverse = 1 / std::sqrt(squares / static_cast<double>(x.size()) + eps);
+  std::vector<double> out(x.size());
+  for (size_t i = 0; i < x.size(); ++i) {
+    const double scale = w.defined() ? w.data<float>()[i] + offset : 1.0;
+    out[i] = x[i] * inverse * scale;
+  }
+  return out;
+}
+
+// residual = (residual + norm_a(x)) * scale, out = norm_b(residual), against a double loop; with
+// a weightless second norm, a (1 + w) first norm, and without the second norm.
+TEST(OpsTest, AddNormedMatchesReference) {
+  std::mt19937 rng(11);
+  const int64_t rows = 3;
+  const int64_t dim = 40;
+  const Tensor x = random_tensor({rows, dim}, rng);
+  const Tensor start = random_tensor({rows, dim}, rng);
+  const RmsNormParams x_norm{random_tensor({dim}, rng), 1e-6f, 1.0f};
+  for (bool with_out : {true, false}) {
+    const Tensor residual = start.clone();
+    const Tensor out = with_out ? Tensor::empty({rows, dim}, DType::kF32) : Tensor();
+    ops::add_normed(residual, x, x_norm, 0.5f, RmsNormParams{Tensor(), 1e-5f, 0.0f}, out);
+    for (int64_t r = 0; r < rows; ++r) {
+      std::vector<double> row(dim);
+      for (int64_t i = 0; i < dim; ++i)
+        row[i] = x.at<float>({r, i});
+      std::vector<double> expected = normed_row(row, x_norm.weight, 1e-6, 1.0);
+      for (int64_t i = 0; i < dim; ++i)
+        expected[i] = (expected[i] + start.at<float>({r, i})) * 0.5;
+      const std::vector<double> expected_out = normed_row(expected, Tensor(), 1e-5, 0.0);
+      for (int64_t i = 0; i < dim; ++i) {
+        ASSERT_NEAR(residual.at<float>({r, i}), expected[i], 1e-5) << r << ", " << i;
+        if (with_out) {
+          ASSERT_NEAR(out.at<float>({r, i}), expected_out[i], 1e-5) << r << ", " << i;
+        }
+      }
+    }
+  }
 }
 
 TEST(OpsTest, GatedActivationsSoftcapLogSoftmax) {

@@ -237,14 +237,16 @@ Tensor Gemma4Model::run_layers(const Tensor& input, const Tensor& ple,
   PAGODA_CHECK(ple.defined() == (ple_size_ > 0), "per-layer inputs given to a model without them");
   Tensor x = input.clone();
   Tensor normed = ops::like(x, x.shape());
+  // Each block's output norm, residual add and layer scalar go in one op with the next norm: the
+  // next block's input norm, or the final norm after the last layer.
+  layers_.front().input_norm.apply(x, normed);
   for (size_t i = 0; i < layers_.size(); ++i) {
     const Layer& layer = layers_[i];
-    layer.input_norm.apply(x, normed);
-    Tensor attended = layer.attention->forward(normed, batch, static_cast<int64_t>(i));
-    layer.post_attention_norm.apply(attended, attended);
-    ops::add_in_place(x, attended);
+    const RmsNorm& next_norm = i + 1 < layers_.size() ? layers_[i + 1].input_norm : norm_;
+    const Tensor attended = layer.attention->forward(normed, batch, static_cast<int64_t>(i));
+    ops::add_normed(x, attended, layer.post_attention_norm, 1.0f, layer.pre_feedforward_norm,
+                    normed);
 
-    layer.pre_feedforward_norm.apply(x, normed);
     Tensor mlp = layer.mlp.forward(normed);
     if (layer.moe) {
       layer.moe->post_mlp_norm.apply(mlp, mlp);
@@ -252,22 +254,18 @@ Tensor Gemma4Model::run_layers(const Tensor& input, const Tensor& ple,
       layer.moe->post_experts_norm.apply(experts, experts);
       ops::add_in_place(mlp, experts);
     }
-    layer.post_feedforward_norm.apply(mlp, mlp);
-    ops::add_in_place(x, mlp);
-
-    if (ple_size_ > 0) {
-      Tensor gate = project(x, layer.ple_gate);
-      const Tensor slice =
-          ple.narrow(1, static_cast<int64_t>(i) * ple_size_, ple_size_).contiguous();
-      ops::gated_activation(Activation::kGeluTanh, gate, slice, gate);
-      Tensor projected = project(gate, layer.ple_projection);
-      layer.ple_norm.apply(projected, projected);
-      ops::add_in_place(x, projected);
+    if (ple_size_ == 0) {
+      ops::add_normed(x, mlp, layer.post_feedforward_norm, layer.layer_scalar, next_norm, normed);
+      continue;
     }
-    ops::scale_in_place(x, layer.layer_scalar);
+    ops::add_normed(x, mlp, layer.post_feedforward_norm, 1.0f, {}, Tensor());
+    Tensor gate = project(x, layer.ple_gate);
+    const Tensor slice = ple.narrow(1, static_cast<int64_t>(i) * ple_size_, ple_size_).contiguous();
+    ops::gated_activation(Activation::kGeluTanh, gate, slice, gate);
+    const Tensor projected = project(gate, layer.ple_projection);
+    ops::add_normed(x, projected, layer.ple_norm, layer.layer_scalar, next_norm, normed);
   }
-  norm_.apply(x, x);
-  return x;
+  return normed;
 }
 
 Tensor Gemma4Model::compute_logits(const Tensor& hidden) {

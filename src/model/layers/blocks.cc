@@ -51,7 +51,7 @@ Tensor mix_experts(const Tensor& x, const ExpertChoices& chosen, int64_t num_exp
 
 RmsNorm RmsNorm::load(WeightSource& weights, const std::string& name, int64_t dim, float eps,
                       float weight_offset) {
-  return RmsNorm{weights.get(name, {dim}), eps, weight_offset};
+  return RmsNorm{{weights.get(name, {dim}), eps, weight_offset}};
 }
 
 void RmsNorm::apply(const Tensor& x, const Tensor& out) const {

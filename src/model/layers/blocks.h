@@ -14,11 +14,7 @@
 
 namespace pagoda {
 
-struct RmsNorm {
-  Tensor weight;  // [dim]
-  float eps = 1e-6f;
-  float weight_offset = 0.0f;  // 1 for norms that scale by (1 + weight)
-
+struct RmsNorm : RmsNormParams {
   static RmsNorm load(WeightSource& weights, const std::string& name, int64_t dim, float eps,
                       float weight_offset = 0.0f);
   // Normalises rows of x [rows, dim] into out (may alias x).

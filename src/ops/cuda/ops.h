@@ -8,6 +8,7 @@
 
 #include "core/tensor.h"
 #include "ops/activation.h"
+#include "ops/norm_params.h"
 #include "ops/sampling_row.h"
 
 namespace pagoda::cuda {
@@ -25,6 +26,12 @@ void rms_norm(const Tensor& x, const Tensor& weight, float eps, float weight_off
 // residual += x; out = rms_norm(residual). One pass: residual, x, out: [rows, dim] contiguous.
 void add_rms_norm(const Tensor& residual, const Tensor& x, const Tensor& weight, float eps,
                   float weight_offset, const Tensor& out);
+
+// residual = (residual + rms_norm(x, x_norm)) * scale; then, unless out is undefined,
+// out = rms_norm(residual, out_norm). One pass; each step rounds to the activation dtype as the
+// separate ops do. residual, x, out: [rows, dim] contiguous, one dtype; x is left as it was.
+void add_normed(const Tensor& residual, const Tensor& x, const RmsNormParams& x_norm, float scale,
+                const RmsNormParams& out_norm, const Tensor& out);
 
 // x += y, both [rows, dim] contiguous, same dtype.
 void add_in_place(const Tensor& x, const Tensor& y);

@@ -18,7 +18,7 @@ constexpr int kNormWarpThreads = 128;  // blocks of rms_norm on rows that fit in
 
 // Sum of v over the threads that share a row: `lanes` lanes of a warp (a power of two, at most
 // 32, aligned within the warp) with kWarpPerRow, else the whole block (blockDim.x a multiple of
-// 32). Every lane of the warp takes part. Called once per kernel.
+// 32). Every lane of the warp takes part. A kernel that calls it twice passes a barrier between.
 template <bool kWarpPerRow>
 __device__ __forceinline__ float row_sum(float v, int lanes) {
   for (int offset = (kWarpPerRow ? lanes : 32) / 2; offset > 0; offset >>= 1)
@@ -123,6 +123,84 @@ __global__ void __launch_bounds__(kWarpPerRow ? kNormWarpThreads : 1024)
 #pragma unroll
     for (int j = 0; j < kWidth; ++j)
       v[j] = v[j] * inverse * (args.weight != nullptr ? w[j] + args.weight_offset : 1.0f);
+    store(out + p * kWidth, v);
+  }
+}
+
+template <typename T, typename W>
+struct AddNormedArgs {
+  T* residual;  // [rows, dim] contiguous
+  const T* x;   // [rows, dim] contiguous
+  T* out;       // [rows, dim] contiguous, or null
+  const W* x_weight;
+  const W* out_weight;
+  int dim;
+  float x_eps;
+  float x_offset;
+  float scale;
+  float out_eps;
+  float out_offset;
+};
+
+// v * inverse * (w + offset), the factor 1 without a weight.
+template <typename W, int kWidth>
+__device__ __forceinline__ void scale_row_piece(float (&v)[kWidth], float inverse, const W* weight,
+                                                float offset) {
+  float w[kWidth];
+  if (weight != nullptr) load(weight, w);
+#pragma unroll
+  for (int j = 0; j < kWidth; ++j)
+    v[j] = v[j] * inverse * (weight != nullptr ? w[j] + offset : 1.0f);
+}
+
+// A block per row, with rms_norm_kernel's block shape and order of sums, so each step rounds as
+// the separate ops would. Each element is read and written by one thread, so out may alias the
+// residual.
+template <typename T, typename W, bool kVector>
+__global__ void __launch_bounds__(1024) add_normed_kernel(AddNormedArgs<T, W> args) {
+  constexpr int kWidth = kVector ? kPack : 1;
+  start_after_prior_kernels();
+  const int64_t row = blockIdx.x;
+  const int packs = args.dim / kWidth;
+  const T* x = args.x + row * args.dim;
+  T* residual = args.residual + row * args.dim;
+  const float dim = static_cast<float>(args.dim);
+
+  float sum = 0.0f;
+  for (int p = threadIdx.x; p < packs; p += blockDim.x) {
+    float v[kWidth];
+    load(x + p * kWidth, v);
+#pragma unroll
+    for (int j = 0; j < kWidth; ++j)
+      sum += v[j] * v[j];
+  }
+  const float x_inverse = 1.0f / sqrtf(row_sum<false>(sum, 0) / dim + args.x_eps);
+  __syncthreads();  // row_sum's shared partials are used again below
+
+  sum = 0.0f;
+  for (int p = threadIdx.x; p < packs; p += blockDim.x) {
+    float v[kWidth];
+    float r[kWidth];
+    load(x + p * kWidth, v);
+    load(residual + p * kWidth, r);
+    scale_row_piece(v, x_inverse, args.x_weight == nullptr ? nullptr : args.x_weight + p * kWidth,
+                    args.x_offset);
+#pragma unroll
+    for (int j = 0; j < kWidth; ++j) {
+      r[j] = to_float(from_float<T>(r[j] + to_float(from_float<T>(v[j]))));
+      if (args.scale != 1.0f) r[j] = to_float(from_float<T>(r[j] * args.scale));
+      sum += r[j] * r[j];
+    }
+    store(residual + p * kWidth, r);
+  }
+  if (args.out == nullptr) return;
+  const float inverse = 1.0f / sqrtf(row_sum<false>(sum, 0) / dim + args.out_eps);
+  T* out = args.out + row * args.dim;
+  for (int p = threadIdx.x; p < packs; p += blockDim.x) {
+    float v[kWidth];
+    load(residual + p * kWidth, v);
+    scale_row_piece(v, inverse, args.out_weight == nullptr ? nullptr : args.out_weight + p * kWidth,
+                    args.out_offset);
     store(out + p * kWidth, v);
   }
 }
@@ -281,6 +359,68 @@ void add_rms_norm(const Tensor& residual, const Tensor& x, const Tensor& weight,
                "add_rms_norm needs contiguous residual, x and out of one shape; got {} and {}",
                residual.shape(), x.shape());
   launch_rms_norm(x, residual, weight, eps, weight_offset, out);
+}
+
+void add_normed(const Tensor& residual, const Tensor& x, const RmsNormParams& x_norm, float scale,
+                const RmsNormParams& out_norm, const Tensor& out) {
+  const bool has_out = out.defined();
+  PAGODA_CHECK(residual.dim() == 2 && residual.is_contiguous() && x.is_contiguous() &&
+                   residual.shape() == x.shape() &&
+                   (!has_out || (out.is_contiguous() && out.shape() == x.shape())),
+               "add_normed needs contiguous residual, x and out of one [rows, dim] shape; got {}, "
+               "{} and {}",
+               residual.shape(), x.shape(), has_out ? out.shape() : Shape{});
+  check_same_dtype("add_normed", residual, x);
+  if (has_out) check_same_dtype("add_normed", residual, out);
+  const int64_t rows = x.size(0);
+  const int64_t dim = x.size(1);
+  PAGODA_CHECK(dim > 0 && dim <= (int64_t{1} << 30) && rows <= 0x7fffffff, "add_normed shape {}",
+               x.shape());
+  const Tensor& x_weight = x_norm.weight;
+  const Tensor& out_weight = out_norm.weight;
+  for (const Tensor* w : {&x_weight, &out_weight}) {
+    PAGODA_CHECK(!w->defined() || (w->numel() == dim && w->is_contiguous()),
+                 "add_normed weight shape {} for dim {}", w->shape(), dim);
+  }
+  PAGODA_CHECK(
+      !x_weight.defined() || !out_weight.defined() || x_weight.dtype() == out_weight.dtype(),
+      "add_normed weights of dtypes {} and {}", dtype_name(x_weight.dtype()),
+      dtype_name(out_weight.dtype()));
+  const cudaStream_t s = device_stream(residual, x, out, x_weight, out_weight);
+  if (rows == 0) return;
+  const bool vector = dim % kPack == 0 && vectorizable(residual) && vectorizable(x) &&
+                      (!has_out || vectorizable(out)) &&
+                      (!x_weight.defined() || vectorizable(x_weight)) &&
+                      (!out_weight.defined() || vectorizable(out_weight));
+  const int64_t packs = vector ? dim / kPack : dim;
+  const int threads = std::min(1024, std::max(64, round_up_32(packs)));  // as rms_norm's blocks
+  dispatch_activation(x.dtype(), "add_normed", [&](auto act) {
+    using T = typename decltype(act)::type;
+    const DType weight_dtype = x_weight.defined()     ? x_weight.dtype()
+                               : out_weight.defined() ? out_weight.dtype()
+                                                      : x.dtype();
+    dispatch_float(weight_dtype, "add_normed weight", [&](auto w) {
+      using W = typename decltype(w)::type;
+      auto weight_data = [](const Tensor& t) {
+        return t.defined() ? data_of<const W>(t) : nullptr;
+      };
+      const AddNormedArgs<T, W> args{data_of<T>(residual),
+                                     data_of<const T>(x),
+                                     has_out ? data_of<T>(out) : nullptr,
+                                     weight_data(x_weight),
+                                     weight_data(out_weight),
+                                     static_cast<int>(dim),
+                                     x_norm.eps,
+                                     x_norm.weight_offset,
+                                     scale,
+                                     out_norm.eps,
+                                     out_norm.weight_offset};
+      dispatch_vector(vector, [&](auto vec) {
+        launch(add_normed_kernel<T, W, decltype(vec)::value>, static_cast<unsigned>(rows), threads,
+               0, s, args);
+      });
+    });
+  });
 }
 
 void rope(const Tensor& inverse_frequencies, int64_t rotary_dim, const Tensor& positions,
