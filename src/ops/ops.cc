@@ -137,6 +137,20 @@ void rope(const std::vector<float>& inverse_frequencies, const Tensor& device_fr
       PAGODA_GPU(cuda::rope(device_frequencies, rotary_dim, device_positions, x)));
 }
 
+void norm_rope(const RmsNormParams& norm, const std::vector<float>& inverse_frequencies,
+               const Tensor& device_frequencies, int64_t rotary_dim,
+               const std::vector<int64_t>& positions, const Tensor& device_positions,
+               const Tensor& x) {
+  dispatch(
+      x,
+      [&] {
+        const Tensor rows = x.view({x.size(0) * x.size(1), x.size(2)});
+        cpu::rms_norm(rows, norm.weight, norm.eps, norm.weight_offset, rows);
+        if (rotary_dim > 0) apply_rope_cpu(inverse_frequencies, rotary_dim, positions, x);
+      },
+      PAGODA_GPU(cuda::norm_rope(norm, device_frequencies, rotary_dim, device_positions, x)));
+}
+
 #undef PAGODA_GPU
 
 }  // namespace pagoda::ops

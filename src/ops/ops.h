@@ -48,5 +48,11 @@ void gated_activation(Activation activation, const Tensor& gate, const Tensor& u
 void rope(const std::vector<float>& inverse_frequencies, const Tensor& device_frequencies,
           int64_t rotary_dim, const std::vector<int64_t>& positions, const Tensor& device_positions,
           const Tensor& x);
+// rms_norm of each head of x over head_size, then the rotation above (none with rotary_dim 0):
+// per-head q/k norms and RoPE in one pass on a GPU, where x's tokens and heads may be strided.
+void norm_rope(const RmsNormParams& norm, const std::vector<float>& inverse_frequencies,
+               const Tensor& device_frequencies, int64_t rotary_dim,
+               const std::vector<int64_t>& positions, const Tensor& device_positions,
+               const Tensor& x);
 
 }  // namespace pagoda::ops

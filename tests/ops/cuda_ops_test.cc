@@ -309,47 +309,74 @@ TEST(CudaOpsTest, GatedActivationMatchesCpu) {
 }
 
 // q inside a fused [T, q_heads + 2 * kv_heads, head_size] buffer, positions up to 100000, full and
-// partial rotary dims, and a head whose half (50) is not a multiple of the vector width.
-TEST(CudaOpsTest, RopeMatchesCpu) {
+// partial rotary dims, and a head whose half (50) is not a multiple of the vector width. Rotated
+// alone (rope), and normalised per head first (norm_rope: with a weight and a (1 + w) offset,
+// without a weight, and without rotation), the norm's output rounded as the device stores it.
+TEST(CudaOpsTest, RopeAndNormRopeMatchCpu) {
   if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
   std::mt19937 rng(7);
   struct Case {
     int64_t heads, head_size, rotary_dim;
     double theta;
   };
-  const Case cases[] = {{4, 64, 64, 10000.0},
-                        {8, 128, 128, 500000.0},
-                        {3, 256, 64, 1000000.0},
-                        {2, 100, 100, 10000.0}};
+  const Case cases[] = {{4, 64, 64, 10000.0},   {8, 128, 128, 500000.0},  {3, 256, 64, 1000000.0},
+                        {2, 100, 100, 10000.0}, {2, 512, 128, 1000000.0}, {5, 256, 0, 0.0}};
+  enum class Norm { kNone, kWeighted, kWeightless };
   for (DType dtype : kActivationDtypes) {
     for (int64_t tokens : kRows) {
       for (const Case& c : cases) {
-        RopeParams params;
-        params.head_size = c.head_size;
-        params.rotary_dim = c.rotary_dim;
-        params.theta = c.theta;
-        const std::vector<float> frequencies = rope_inverse_frequencies(params);
-        std::vector<int64_t> positions(tokens);
-        for (int64_t& p : positions)
-          p = static_cast<int64_t>(rng() % 100001);
-        positions.back() = 100000;
-        const int64_t slots = c.heads + 2;
-        const Tensor fused = rounded(random_tensor({tokens, slots, c.head_size}, rng), dtype);
-        Tensor ref = fused.clone();
-        const Tensor q = ref.narrow(1, 0, c.heads).contiguous();
-        apply_rope_cpu(frequencies, c.rotary_dim, positions, q);
-        ref.narrow(1, 0, c.heads).copy_from(q);
+        for (Norm norm : {Norm::kNone, Norm::kWeighted, Norm::kWeightless}) {
+          if (c.rotary_dim == 0 && norm == Norm::kNone) continue;
+          std::vector<float> frequencies;
+          if (c.rotary_dim > 0) {
+            RopeParams params;
+            params.head_size = c.head_size;
+            params.rotary_dim = c.rotary_dim;
+            params.theta = c.theta;
+            frequencies = rope_inverse_frequencies(params);
+          }
+          std::vector<int64_t> positions(tokens);
+          for (int64_t& p : positions)
+            p = static_cast<int64_t>(rng() % 100001);
+          positions.back() = 100000;
+          const int64_t slots = c.heads + 2;
+          const Tensor fused =
+              rounded(random_tensor({tokens, slots, c.head_size}, rng, 3.0f), dtype);
+          const Tensor weight = cast(random_tensor({c.head_size}, rng), DType::kBF16);
+          const RmsNormParams params{norm == Norm::kWeighted ? weight : Tensor(), 1e-6f,
+                                     norm == Norm::kWeighted ? 1.0f : 0.0f};
+          Tensor ref = fused.clone();
+          Tensor q = ref.narrow(1, 0, c.heads).contiguous();
+          if (norm != Norm::kNone) {
+            const Tensor rows = q.view({tokens * c.heads, c.head_size});
+            cpu::rms_norm(rows, params.weight, params.eps, params.weight_offset, rows);
+            q = rounded(q, dtype);
+          }
+          if (c.rotary_dim > 0) apply_rope_cpu(frequencies, c.rotary_dim, positions, q);
+          ref.narrow(1, 0, c.heads).copy_from(q);
 
-        Tensor frequencies_host = Tensor::empty({c.rotary_dim / 2}, DType::kF32);
-        std::copy(frequencies.begin(), frequencies.end(), frequencies_host.data<float>());
-        Tensor positions_host = Tensor::empty({tokens}, DType::kI64);
-        std::copy(positions.begin(), positions.end(), positions_host.data<int64_t>());
-        const Tensor device = to_cuda(fused, dtype);
-        cuda::rope(frequencies_host.to(Device::cuda()), c.rotary_dim,
-                   positions_host.to(Device::cuda()), device.narrow(1, 0, c.heads));
-        EXPECT_LE(relative_error(to_host_f32(device), ref), tolerance(dtype))
-            << dtype_name(dtype) << " tokens " << tokens << " head " << c.head_size << " rotary "
-            << c.rotary_dim;
+          Tensor frequencies_host = Tensor::empty({c.rotary_dim / 2}, DType::kF32);
+          std::copy(frequencies.begin(), frequencies.end(), frequencies_host.data<float>());
+          const Tensor device_frequencies =
+              c.rotary_dim > 0 ? frequencies_host.to(Device::cuda()) : Tensor();
+          Tensor positions_host = Tensor::empty({tokens}, DType::kI64);
+          std::copy(positions.begin(), positions.end(), positions_host.data<int64_t>());
+          const Tensor device = to_cuda(fused, dtype);
+          const Tensor device_positions = positions_host.to(Device::cuda());
+          const Tensor device_q = device.narrow(1, 0, c.heads);
+          if (norm == Norm::kNone) {
+            cuda::rope(device_frequencies, c.rotary_dim, device_positions, device_q);
+          } else {
+            const RmsNormParams device_params{
+                params.weight.defined() ? params.weight.to(Device::cuda()) : Tensor(), params.eps,
+                params.weight_offset};
+            cuda::norm_rope(device_params, device_frequencies, c.rotary_dim, device_positions,
+                            device_q);
+          }
+          EXPECT_LE(relative_error(to_host_f32(device), ref), tolerance(dtype))
+              << dtype_name(dtype) << " tokens " << tokens << " head " << c.head_size << " rotary "
+              << c.rotary_dim << " norm " << static_cast<int>(norm);
+        }
       }
     }
   }

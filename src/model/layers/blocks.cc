@@ -139,7 +139,7 @@ SelfAttention::SelfAttention(WeightSource& weights, const std::string& prefix, i
   inverse_frequencies_ = rope_inverse_frequencies(rope);
   rotary_dim_ = rope.rotary_dim;
   if (!weights.device().is_cpu()) {
-    if (owns_kv_ && !options.k_eq_v && !options.qk_norm) {
+    if (owns_kv_ && !options.k_eq_v) {
       qkv_proj_ = stack_rows({q_proj_, k_proj_, v_proj_});
     }
     // The GPU kernels read f32 frequencies and sinks from device memory.
@@ -153,21 +153,36 @@ SelfAttention::SelfAttention(WeightSource& weights, const std::string& prefix, i
   }
 }
 
+void SelfAttention::rotate(const Tensor& heads, const std::optional<RmsNorm>& norm,
+                           const ForwardBatch& batch) const {
+  if (norm) {
+    ops::norm_rope(*norm, inverse_frequencies_, device_frequencies_, rotary_dim_, batch.positions,
+                   batch.device_positions, heads);
+  } else {
+    ops::rope(inverse_frequencies_, device_frequencies_, rotary_dim_, batch.positions,
+              batch.device_positions, heads);
+  }
+}
+
+void SelfAttention::prepare_values(Tensor& v, const ForwardBatch& batch) const {
+  if (options_.value_scale != 1.0f) {
+    v = v.contiguous();
+    ops::scale_in_place(v, options_.value_scale);
+  }
+  if (options_.v_norm) {
+    // A norm without weight or rotation.
+    ops::norm_rope(RmsNormParams{Tensor(), options_.norm_eps, 0.0f}, {}, Tensor(), 0,
+                   batch.positions, batch.device_positions, v);
+  }
+}
+
 Tensor SelfAttention::forward(const Tensor& x, const ForwardBatch& batch,
                               int64_t layer_index) const {
   const int64_t tokens = x.size(0);
   const AttentionLayerParams& p = params_;
-  auto rotate = [&](const Tensor& t) {
-    ops::rope(inverse_frequencies_, device_frequencies_, rotary_dim_, batch.positions,
-              batch.device_positions, t);
-  };
   if (qkv_proj_.defined()) return forward_fused(x, batch, layer_index);
-  Tensor q = project(x, q_proj_).view({tokens, p.num_q_heads, p.head_size_k});
-  if (q_norm_) {
-    const Tensor rows = q.view({tokens * p.num_q_heads, p.head_size_k});
-    q_norm_->apply(rows, rows);
-  }
-  rotate(q);
+  const Tensor q = project(x, q_proj_).view({tokens, p.num_q_heads, p.head_size_k});
+  rotate(q, q_norm_, batch);
   Tensor k;
   Tensor v;
   if (owns_kv_) {
@@ -175,22 +190,14 @@ Tensor SelfAttention::forward(const Tensor& x, const ForwardBatch& batch,
     // With k_eq_v, V is the K projection before its norm and RoPE.
     v = (options_.k_eq_v ? k_raw.clone() : project(x, v_proj_))
             .view({tokens, p.num_kv_heads, p.head_size_v});
+    prepare_values(v, batch);
     k = k_raw.view({tokens, p.num_kv_heads, p.head_size_k});
-    if (k_norm_) {
-      const Tensor rows = k.view({tokens * p.num_kv_heads, p.head_size_k});
-      k_norm_->apply(rows, rows);
-    }
-    if (options_.value_scale != 1.0f) ops::scale_in_place(v, options_.value_scale);
-    if (options_.v_norm) {
-      const Tensor rows = v.view({tokens * p.num_kv_heads, p.head_size_v});
-      ops::rms_norm(rows, Tensor(), options_.norm_eps, 0.0f, rows);
-    }
-    rotate(k);
+    rotate(k, k_norm_, batch);
   }
   return attend(x, q, k, v, batch, layer_index);
 }
 
-// One GEMM for q, k and v; strided views of its output feed RoPE and attention.
+// One GEMM for q, k and v; strided views of its output feed the norms, RoPE and attention.
 Tensor SelfAttention::forward_fused(const Tensor& x, const ForwardBatch& batch,
                                     int64_t layer_index) const {
   const int64_t tokens = x.size(0);
@@ -205,15 +212,16 @@ Tensor SelfAttention::forward_fused(const Tensor& x, const ForwardBatch& batch,
       qkv.as_strided({tokens, p.num_kv_heads, p.head_size_k}, {row, p.head_size_k, 1}, q_size);
   Tensor v = qkv.as_strided({tokens, p.num_kv_heads, p.head_size_v}, {row, p.head_size_v, 1},
                             q_size + k_size);
-  if (options_.value_scale != 1.0f) {
-    v = v.contiguous();
-    ops::scale_in_place(v, options_.value_scale);
+  prepare_values(v, batch);
+  if (q_norm_ || k_norm_) {
+    rotate(q, q_norm_, batch);
+    rotate(k, k_norm_, batch);
+  } else {
+    // q's heads and then k's lie side by side in each row: one rotation covers both.
+    const Tensor qk = qkv.as_strided({tokens, p.num_q_heads + p.num_kv_heads, p.head_size_k},
+                                     {row, p.head_size_k, 1}, 0);
+    rotate(qk, std::nullopt, batch);
   }
-  // q's heads and then k's lie side by side in each row: one rotation covers both.
-  const Tensor qk = qkv.as_strided({tokens, p.num_q_heads + p.num_kv_heads, p.head_size_k},
-                                   {row, p.head_size_k, 1}, 0);
-  ops::rope(inverse_frequencies_, device_frequencies_, rotary_dim_, batch.positions,
-            batch.device_positions, qk);
   return attend(x, q, k, v, batch, layer_index);
 }
 

@@ -66,6 +66,12 @@ class SelfAttention {
 
  private:
   Tensor forward_fused(const Tensor& x, const ForwardBatch& batch, int64_t layer_index) const;
+  // Normalises each head of q or k [T, heads, head_size] when the layer has that norm, and
+  // rotates it.
+  void rotate(const Tensor& heads, const std::optional<RmsNorm>& norm,
+              const ForwardBatch& batch) const;
+  // V's scale and norm, where the options ask for them (v may become a contiguous copy).
+  void prepare_values(Tensor& v, const ForwardBatch& batch) const;
   // Attention of q/k/v over the layer's cache, then the output projection.
   Tensor attend(const Tensor& x, const Tensor& q, const Tensor& k, const Tensor& v,
                 const ForwardBatch& batch, int64_t layer_index) const;
@@ -74,7 +80,7 @@ class SelfAttention {
   SelfAttentionOptions options_;
   bool owns_kv_ = true;
   Tensor q_proj_, k_proj_, v_proj_, o_proj_;
-  Tensor qkv_proj_;  // [q + k + v, hidden] on a GPU when no per-head norm needs q, k apart
+  Tensor qkv_proj_;  // [q + k + v, hidden] on a GPU, for a layer with its own K and V (not K = V)
   std::optional<RmsNorm> q_norm_, k_norm_;
   std::vector<float> sinks_;  // [num_q_heads] when options_.sinks
   std::vector<float> inverse_frequencies_;

@@ -49,6 +49,10 @@ void gated_activation(Activation activation, const Tensor& gate, const Tensor& u
 // device; positions: [>= T] int64 on the device. Angles are computed in f32 as the CPU does.
 void rope(const Tensor& inverse_frequencies, int64_t rotary_dim, const Tensor& positions,
           const Tensor& x);
+// rms_norm of each head of x over head_size (rounded as rms_norm stores it), then rope, in one
+// pass. x's tokens and heads may be strided; rotary_dim 0 normalises only.
+void norm_rope(const RmsNormParams& norm, const Tensor& inverse_frequencies, int64_t rotary_dim,
+               const Tensor& positions, const Tensor& x);
 
 // out[M, N] = x[M, K] · weight[N, K]ᵀ with f32 accumulation. x and weight are bf16 with unit
 // inner stride; out is bf16 or f32, contiguous. Few rows may take the matrix-vector kernel below

@@ -205,22 +205,30 @@ __global__ void __launch_bounds__(1024) add_normed_kernel(AddNormedArgs<T, W> ar
   }
 }
 
-template <typename T>
+template <typename T, typename W>
 struct RopeArgs {
-  T* x;  // [tokens, heads, head_size], strides token_stride, head_stride, 1
+  T* x;  // [tokens, heads, dim], strides token_stride, head_stride, 1
   int64_t token_stride;
   int64_t head_stride;
   const float* inverse_frequencies;  // [half]
   const int64_t* positions;          // [>= tokens]
+  const W* weight;                   // norm_rope's weight, or null
+  float eps;
+  float weight_offset;
   int heads;
-  int half;  // rotary_dim / 2
+  int dim;
+  int half;   // rotary_dim / 2
+  int lanes;  // threads per head: 8, 16 or 32
   int heads_per_block;
 };
 
-// Block (token, group of heads). The block's cos/sin table [2, half] goes to shared memory first.
-// sincosf, not __sincosf: angles reach 1e5 radians at long positions.
-template <typename T, bool kVector>
-__global__ void rope_kernel(RopeArgs<T> args) {
+// Block (token, group of heads), `lanes` threads a head. With kNorm each head is first
+// normalised as rms_norm would store it (pass 1 sums its squares); then the pairs (i, i + half)
+// rotate and, with kNorm, the dims past the rotary ones are scaled. The block's cos/sin table
+// [2, half] goes to shared memory. sincosf, not __sincosf: angles reach 1e5 radians at long
+// positions.
+template <typename T, typename W, bool kVector, bool kNorm>
+__global__ void rope_kernel(RopeArgs<T, W> args) {
   constexpr int kWidth = kVector ? kPack : 1;
   extern __shared__ float table[];  // [2, half]: cos, then sin
   start_after_prior_kernels();
@@ -229,28 +237,63 @@ __global__ void rope_kernel(RopeArgs<T> args) {
   for (int i = threadIdx.x; i < args.half; i += blockDim.x) {
     sincosf(position * args.inverse_frequencies[i], &table[args.half + i], &table[i]);
   }
-  __syncthreads();
-  const int packs_per_head = args.half / kWidth;
-  const int head_begin = blockIdx.y * args.heads_per_block;
-  const int heads = min(args.heads - head_begin, args.heads_per_block);
-  for (int w = threadIdx.x; w < heads * packs_per_head; w += blockDim.x) {
-    const int i = (w % packs_per_head) * kWidth;
-    T* v =
-        args.x + token * args.token_stride + (head_begin + w / packs_per_head) * args.head_stride;
+  const int lane = threadIdx.x % args.lanes;
+  const int local = threadIdx.x / args.lanes;
+  const int head = blockIdx.y * args.heads_per_block + local;
+  // Threads past the block's heads skip the loops but still take part in the shuffles.
+  const bool active = local < args.heads_per_block && head < args.heads;
+  const int packs = active ? args.dim / kWidth : 0;
+  const int half_packs = active ? args.half / kWidth : 0;
+  T* v = args.x + token * args.token_stride + (active ? head : 0) * args.head_stride;
+  float inverse = 1.0f;
+  if constexpr (kNorm) {
+    float sum = 0.0f;
+    for (int p = lane; p < packs; p += args.lanes) {
+      float e[kWidth];
+      load(v + p * kWidth, e);
+#pragma unroll
+      for (int j = 0; j < kWidth; ++j)
+        sum += e[j] * e[j];
+    }
+    sum = row_sum<true>(sum, args.lanes);
+    inverse = 1.0f / sqrtf(sum / static_cast<float>(args.dim) + args.eps);
+  }
+  // The kWidth values of pack p, normalised and rounded as the norm stores them.
+  auto normalise = [&](float(&e)[kWidth], int p) {
+    if constexpr (kNorm) {
+      scale_row_piece(e, inverse, args.weight == nullptr ? nullptr : args.weight + p * kWidth,
+                      args.weight_offset);
+#pragma unroll
+      for (int j = 0; j < kWidth; ++j)
+        e[j] = to_float(from_float<T>(e[j]));
+    }
+  };
+  __syncthreads();  // the table
+  for (int i = lane; i < half_packs; i += args.lanes) {
     float lo[kWidth];
     float hi[kWidth];
-    load(v + i, lo);
-    load(v + i + args.half, hi);
+    load(v + i * kWidth, lo);
+    load(v + i * kWidth + args.half, hi);
+    normalise(lo, i);
+    normalise(hi, i + half_packs);
 #pragma unroll
     for (int j = 0; j < kWidth; ++j) {
-      const float c = table[i + j];
-      const float s = table[args.half + i + j];
+      const float c = table[i * kWidth + j];
+      const float s = table[args.half + i * kWidth + j];
       const float a = lo[j];
       lo[j] = a * c - hi[j] * s;
       hi[j] = hi[j] * c + a * s;
     }
-    store(v + i, lo);
-    store(v + i + args.half, hi);
+    store(v + i * kWidth, lo);
+    store(v + i * kWidth + args.half, hi);
+  }
+  if constexpr (kNorm) {
+    for (int p = 2 * half_packs + lane; p < packs; p += args.lanes) {
+      float e[kWidth];
+      load(v + p * kWidth, e);
+      normalise(e, p);
+      store(v + p * kWidth, e);
+    }
   }
 }
 
@@ -310,6 +353,79 @@ void launch_rms_norm(const Tensor& x, const Tensor& residual, const Tensor& weig
                                          : (add ? rms_norm_kernel<T, W, kVector, false, true>
                                                 : rms_norm_kernel<T, W, kVector, false, false>);
         launch(kernel, static_cast<unsigned>(blocks), threads, 0, s, args);
+      });
+    });
+  });
+}
+
+// Shared by rope and norm_rope: norm is null for a rotation alone.
+void launch_rope(const RmsNormParams* norm, const Tensor& inverse_frequencies, int64_t rotary_dim,
+                 const Tensor& positions, const Tensor& x) {
+  PAGODA_CHECK(x.dim() == 3 && (x.stride(2) == 1 || x.size(2) <= 1),
+               "rope input must be [tokens, heads, head_size] with unit inner stride; got shape {} "
+               "strides {}",
+               x.shape(), x.strides());
+  const int64_t tokens = x.size(0);
+  const int64_t heads = x.size(1);
+  const int64_t dim = x.size(2);
+  const int64_t half = rotary_dim / 2;
+  PAGODA_CHECK((rotary_dim > 0 || norm != nullptr) && rotary_dim >= 0 && rotary_dim % 2 == 0 &&
+                   rotary_dim <= dim,
+               "rotary dim {} for head size {}", rotary_dim, dim);
+  PAGODA_CHECK(rotary_dim == 0 ||
+                   (inverse_frequencies.dtype() == DType::kF32 &&
+                    inverse_frequencies.is_contiguous() && inverse_frequencies.numel() == half),
+               "rope needs {} contiguous f32 inverse frequencies; got {} of shape {}", half,
+               dtype_name(inverse_frequencies.dtype()), inverse_frequencies.shape());
+  PAGODA_CHECK(positions.dtype() == DType::kI64 && positions.dim() == 1 &&
+                   positions.is_contiguous() && positions.size(0) >= tokens,
+               "rope needs >= {} contiguous int64 positions; got {} of shape {}", tokens,
+               dtype_name(positions.dtype()), positions.shape());
+  PAGODA_CHECK(heads <= (int64_t{1} << 20) && tokens <= 0x7fffffff && dim <= (int64_t{1} << 30),
+               "rope shape {}", x.shape());
+  const Tensor no_weight;
+  const Tensor& weight = norm != nullptr ? norm->weight : no_weight;
+  PAGODA_CHECK(!weight.defined() || (weight.numel() == dim && weight.is_contiguous()),
+               "norm_rope weight shape {} for head size {}", weight.shape(), dim);
+  const cudaStream_t s = device_stream(x, positions, weight);
+  if (rotary_dim > 0) device_stream(x, inverse_frequencies);
+  if (tokens == 0 || heads == 0) return;
+  const bool vector =
+      half % kPack == 0 && vectorizable(x) &&
+      (norm == nullptr || (dim % kPack == 0 && (!weight.defined() || vectorizable(weight))));
+  // Threads per head: enough for one pack each of the rotated half (the whole head when it is
+  // normalised too), 8 to 32; about 128 threads a block, a head never split across blocks.
+  const int64_t packs = (norm != nullptr ? dim : half) / (vector ? kPack : 1);
+  int lanes = 8;
+  while (lanes < 32 && lanes < packs)
+    lanes *= 2;
+  const int64_t heads_per_block = std::clamp<int64_t>(128 / lanes, 1, heads);
+  const int threads = round_up_32(heads_per_block * lanes);
+  const dim3 grid(static_cast<unsigned>(tokens),
+                  static_cast<unsigned>((heads + heads_per_block - 1) / heads_per_block));
+  const size_t shared_bytes = 2 * half * sizeof(float);
+  dispatch_activation(x.dtype(), "rope", [&](auto act) {
+    using T = typename decltype(act)::type;
+    dispatch_float(weight.defined() ? weight.dtype() : x.dtype(), "norm_rope weight", [&](auto w) {
+      using W = typename decltype(w)::type;
+      const RopeArgs<T, W> args{data_of<T>(x),
+                                x.stride(0),
+                                x.stride(1),
+                                rotary_dim > 0 ? inverse_frequencies.data<float>() : nullptr,
+                                positions.data<int64_t>(),
+                                weight.defined() ? data_of<const W>(weight) : nullptr,
+                                norm != nullptr ? norm->eps : 0.0f,
+                                norm != nullptr ? norm->weight_offset : 0.0f,
+                                static_cast<int>(heads),
+                                static_cast<int>(dim),
+                                static_cast<int>(half),
+                                lanes,
+                                static_cast<int>(heads_per_block)};
+      dispatch_vector(vector, [&](auto vec) {
+        constexpr bool kVector = decltype(vec)::value;
+        const auto kernel =
+            norm != nullptr ? rope_kernel<T, W, kVector, true> : rope_kernel<T, W, kVector, false>;
+        launch(kernel, grid, threads, shared_bytes, s, args);
       });
     });
   });
@@ -425,48 +541,12 @@ void add_normed(const Tensor& residual, const Tensor& x, const RmsNormParams& x_
 
 void rope(const Tensor& inverse_frequencies, int64_t rotary_dim, const Tensor& positions,
           const Tensor& x) {
-  PAGODA_CHECK(x.dim() == 3 && (x.stride(2) == 1 || x.size(2) <= 1),
-               "rope input must be [tokens, heads, head_size] with unit inner stride; got shape {} "
-               "strides {}",
-               x.shape(), x.strides());
-  const int64_t tokens = x.size(0);
-  const int64_t heads = x.size(1);
-  const int64_t half = rotary_dim / 2;
-  PAGODA_CHECK(rotary_dim > 0 && rotary_dim % 2 == 0 && rotary_dim <= x.size(2),
-               "rotary dim {} for head size {}", rotary_dim, x.size(2));
-  PAGODA_CHECK(inverse_frequencies.dtype() == DType::kF32 && inverse_frequencies.is_contiguous() &&
-                   inverse_frequencies.numel() == half,
-               "rope needs {} contiguous f32 inverse frequencies; got {} of shape {}", half,
-               dtype_name(inverse_frequencies.dtype()), inverse_frequencies.shape());
-  PAGODA_CHECK(positions.dtype() == DType::kI64 && positions.dim() == 1 &&
-                   positions.is_contiguous() && positions.size(0) >= tokens,
-               "rope needs >= {} contiguous int64 positions; got {} of shape {}", tokens,
-               dtype_name(positions.dtype()), positions.shape());
-  PAGODA_CHECK(heads <= (int64_t{1} << 20) && tokens <= 0x7fffffff, "rope shape {}", x.shape());
-  const cudaStream_t s = device_stream(x, inverse_frequencies, positions);
-  if (tokens == 0 || heads == 0) return;
-  const bool vector = half % kPack == 0 && vectorizable(x);
-  const int64_t packs_per_head = vector ? half / kPack : half;
-  // About 128 threads of work per block; a head never splits across blocks.
-  const int64_t heads_per_block = std::clamp<int64_t>(128 / packs_per_head, 1, heads);
-  const int threads = std::min(1024, round_up_32(heads_per_block * packs_per_head));
-  const dim3 grid(static_cast<unsigned>(tokens),
-                  static_cast<unsigned>((heads + heads_per_block - 1) / heads_per_block));
-  const size_t shared_bytes = 2 * half * sizeof(float);
-  dispatch_activation(x.dtype(), "rope", [&](auto act) {
-    using T = typename decltype(act)::type;
-    const RopeArgs<T> args{data_of<T>(x),
-                           x.stride(0),
-                           x.stride(1),
-                           inverse_frequencies.data<float>(),
-                           positions.data<int64_t>(),
-                           static_cast<int>(heads),
-                           static_cast<int>(half),
-                           static_cast<int>(heads_per_block)};
-    dispatch_vector(vector, [&](auto vec) {
-      launch(rope_kernel<T, decltype(vec)::value>, grid, threads, shared_bytes, s, args);
-    });
-  });
+  launch_rope(nullptr, inverse_frequencies, rotary_dim, positions, x);
+}
+
+void norm_rope(const RmsNormParams& norm, const Tensor& inverse_frequencies, int64_t rotary_dim,
+               const Tensor& positions, const Tensor& x) {
+  launch_rope(&norm, inverse_frequencies, rotary_dim, positions, x);
 }
 
 }  // namespace pagoda::cuda
