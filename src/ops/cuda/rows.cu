@@ -60,6 +60,18 @@ __global__ void embedding_kernel(const W* table,  // [vocab, hidden], row stride
   }
 }
 
+// The norm's scaling of the kWidth values of pack p: v * inverse * (w + offset), the factor 1
+// without a weight.
+template <typename W, int kWidth>
+__device__ __forceinline__ void scale_row_piece(float (&v)[kWidth], float inverse, const W* weight,
+                                                float offset, int p) {
+  float w[kWidth];
+  if (weight != nullptr) load(weight + p * kWidth, w);
+#pragma unroll
+  for (int j = 0; j < kWidth; ++j)
+    v[j] = v[j] * inverse * (weight != nullptr ? w[j] + offset : 1.0f);
+}
+
 template <typename T, typename W>
 struct NormArgs {
   const T* x;  // [rows, dim], row stride x_stride
@@ -117,12 +129,8 @@ __global__ void __launch_bounds__(kWarpPerRow ? kNormWarpThreads : 1024)
   T* out = args.out + row * args.out_stride;
   for (int p = first; p < packs; p += group) {
     float v[kWidth];
-    float w[kWidth];
     load(source + p * kWidth, v);
-    if (args.weight != nullptr) load(args.weight + p * kWidth, w);
-#pragma unroll
-    for (int j = 0; j < kWidth; ++j)
-      v[j] = v[j] * inverse * (args.weight != nullptr ? w[j] + args.weight_offset : 1.0f);
+    scale_row_piece(v, inverse, args.weight, args.weight_offset, p);
     store(out + p * kWidth, v);
   }
 }
@@ -141,17 +149,6 @@ struct AddNormedArgs {
   float out_eps;
   float out_offset;
 };
-
-// v * inverse * (w + offset), the factor 1 without a weight.
-template <typename W, int kWidth>
-__device__ __forceinline__ void scale_row_piece(float (&v)[kWidth], float inverse, const W* weight,
-                                                float offset) {
-  float w[kWidth];
-  if (weight != nullptr) load(weight, w);
-#pragma unroll
-  for (int j = 0; j < kWidth; ++j)
-    v[j] = v[j] * inverse * (weight != nullptr ? w[j] + offset : 1.0f);
-}
 
 // A block per row, with rms_norm_kernel's block shape and order of sums, so each step rounds as
 // the separate ops would. Each element is read and written by one thread, so out may alias the
@@ -183,8 +180,7 @@ __global__ void __launch_bounds__(1024) add_normed_kernel(AddNormedArgs<T, W> ar
     float r[kWidth];
     load(x + p * kWidth, v);
     load(residual + p * kWidth, r);
-    scale_row_piece(v, x_inverse, args.x_weight == nullptr ? nullptr : args.x_weight + p * kWidth,
-                    args.x_offset);
+    scale_row_piece(v, x_inverse, args.x_weight, args.x_offset, p);
 #pragma unroll
     for (int j = 0; j < kWidth; ++j) {
       r[j] = to_float(from_float<T>(r[j] + to_float(from_float<T>(v[j]))));
@@ -199,8 +195,7 @@ __global__ void __launch_bounds__(1024) add_normed_kernel(AddNormedArgs<T, W> ar
   for (int p = threadIdx.x; p < packs; p += blockDim.x) {
     float v[kWidth];
     load(residual + p * kWidth, v);
-    scale_row_piece(v, inverse, args.out_weight == nullptr ? nullptr : args.out_weight + p * kWidth,
-                    args.out_offset);
+    scale_row_piece(v, inverse, args.out_weight, args.out_offset, p);
     store(out + p * kWidth, v);
   }
 }
@@ -261,8 +256,7 @@ __global__ void rope_kernel(RopeArgs<T, W> args) {
   // The kWidth values of pack p, normalised and rounded as the norm stores them.
   auto normalise = [&](float(&e)[kWidth], int p) {
     if constexpr (kNorm) {
-      scale_row_piece(e, inverse, args.weight == nullptr ? nullptr : args.weight + p * kWidth,
-                      args.weight_offset);
+      scale_row_piece(e, inverse, args.weight, args.weight_offset, p);
 #pragma unroll
       for (int j = 0; j < kWidth; ++j)
         e[j] = to_float(from_float<T>(e[j]));
