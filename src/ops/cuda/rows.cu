@@ -72,6 +72,38 @@ __device__ __forceinline__ void scale_row_piece(float (&v)[kWidth], float invers
     v[j] = v[j] * inverse * (weight != nullptr ? w[j] + offset : 1.0f);
 }
 
+// The sum of squares of this thread's packs p = first, first + step, ... of a row.
+template <int kWidth, typename T>
+__device__ __forceinline__ float sum_squares(const T* row, int first, int packs, int step) {
+  float sum = 0.0f;
+  for (int p = first; p < packs; p += step) {
+    float v[kWidth];
+    load(row + p * kWidth, v);
+#pragma unroll
+    for (int j = 0; j < kWidth; ++j)
+      sum += v[j] * v[j];
+  }
+  return sum;
+}
+
+// 1 / rms of a row of `dim` elements whose squares sum to `sum`.
+__device__ __forceinline__ float inverse_rms(float sum, int dim, float eps) {
+  return 1.0f / sqrtf(sum / static_cast<float>(dim) + eps);
+}
+
+// out = source normalised by `inverse` and the weight, for packs p = first, first + step, ...
+template <int kWidth, typename T, typename W>
+__device__ __forceinline__ void store_normalised(const T* source, T* out, float inverse,
+                                                 const W* weight, float offset, int first,
+                                                 int packs, int step) {
+  for (int p = first; p < packs; p += step) {
+    float v[kWidth];
+    load(source + p * kWidth, v);
+    scale_row_piece(v, inverse, weight, offset, p);
+    store(out + p * kWidth, v);
+  }
+}
+
 template <typename T, typename W>
 struct NormArgs {
   const T* x;  // [rows, dim], row stride x_stride
@@ -122,17 +154,9 @@ __global__ void __launch_bounds__(kWarpPerRow ? kNormWarpThreads : 1024)
     for (int j = 0; j < kWidth; ++j)
       sum += v[j] * v[j];
   }
-  sum = row_sum<kWarpPerRow>(sum, group);
-  const float inverse = 1.0f / sqrtf(sum / static_cast<float>(args.dim) + args.eps);
-
-  const T* source = kAddResidual ? residual : x;
-  T* out = args.out + row * args.out_stride;
-  for (int p = first; p < packs; p += group) {
-    float v[kWidth];
-    load(source + p * kWidth, v);
-    scale_row_piece(v, inverse, args.weight, args.weight_offset, p);
-    store(out + p * kWidth, v);
-  }
+  const float inverse = inverse_rms(row_sum<kWarpPerRow>(sum, group), args.dim, args.eps);
+  store_normalised<kWidth>(kAddResidual ? residual : x, args.out + row * args.out_stride, inverse,
+                           args.weight, args.weight_offset, first, packs, group);
 }
 
 template <typename T, typename W>
@@ -161,20 +185,12 @@ __global__ void __launch_bounds__(1024) add_normed_kernel(AddNormedArgs<T, W> ar
   const int packs = args.dim / kWidth;
   const T* x = args.x + row * args.dim;
   T* residual = args.residual + row * args.dim;
-  const float dim = static_cast<float>(args.dim);
 
-  float sum = 0.0f;
-  for (int p = threadIdx.x; p < packs; p += blockDim.x) {
-    float v[kWidth];
-    load(x + p * kWidth, v);
-#pragma unroll
-    for (int j = 0; j < kWidth; ++j)
-      sum += v[j] * v[j];
-  }
-  const float x_inverse = 1.0f / sqrtf(row_sum<false>(sum, 0) / dim + args.x_eps);
+  const float x_sum = sum_squares<kWidth>(x, threadIdx.x, packs, blockDim.x);
+  const float x_inverse = inverse_rms(row_sum<false>(x_sum, 0), args.dim, args.x_eps);
   __syncthreads();  // row_sum's shared partials are used again below
 
-  sum = 0.0f;
+  float sum = 0.0f;
   for (int p = threadIdx.x; p < packs; p += blockDim.x) {
     float v[kWidth];
     float r[kWidth];
@@ -190,14 +206,9 @@ __global__ void __launch_bounds__(1024) add_normed_kernel(AddNormedArgs<T, W> ar
     store(residual + p * kWidth, r);
   }
   if (args.out == nullptr) return;
-  const float inverse = 1.0f / sqrtf(row_sum<false>(sum, 0) / dim + args.out_eps);
-  T* out = args.out + row * args.dim;
-  for (int p = threadIdx.x; p < packs; p += blockDim.x) {
-    float v[kWidth];
-    load(residual + p * kWidth, v);
-    scale_row_piece(v, inverse, args.out_weight, args.out_offset, p);
-    store(out + p * kWidth, v);
-  }
+  const float inverse = inverse_rms(row_sum<false>(sum, 0), args.dim, args.out_eps);
+  store_normalised<kWidth>(residual, args.out + row * args.dim, inverse, args.out_weight,
+                           args.out_offset, threadIdx.x, packs, blockDim.x);
 }
 
 template <typename T, typename W>
@@ -242,16 +253,8 @@ __global__ void rope_kernel(RopeArgs<T, W> args) {
   T* v = args.x + token * args.token_stride + (active ? head : 0) * args.head_stride;
   float inverse = 1.0f;
   if constexpr (kNorm) {
-    float sum = 0.0f;
-    for (int p = lane; p < packs; p += args.lanes) {
-      float e[kWidth];
-      load(v + p * kWidth, e);
-#pragma unroll
-      for (int j = 0; j < kWidth; ++j)
-        sum += e[j] * e[j];
-    }
-    sum = row_sum<true>(sum, args.lanes);
-    inverse = 1.0f / sqrtf(sum / static_cast<float>(args.dim) + args.eps);
+    const float sum = sum_squares<kWidth>(v, lane, packs, args.lanes);
+    inverse = inverse_rms(row_sum<true>(sum, args.lanes), args.dim, args.eps);
   }
   // The kWidth values of pack p, normalised and rounded as the norm stores them.
   auto normalise = [&](float(&e)[kWidth], int p) {
