@@ -126,6 +126,7 @@ SelfAttention::SelfAttention(WeightSource& weights, const std::string& prefix, i
       v_proj_ =
           weights.get(prefix + ".v_proj.weight", {layer.num_kv_heads * layer.head_size_v, hidden});
     }
+    if (options.v_norm) v_norm_ = RmsNormParams{Tensor(), options.norm_eps, 0.0f};
     if (options.qk_norm) {
       k_norm_ =
           RmsNorm::load(weights, prefix + ".k_norm.weight", layer.head_size_k, options.norm_eps);
@@ -169,10 +170,9 @@ void SelfAttention::prepare_values(Tensor& v, const ForwardBatch& batch) const {
     v = v.contiguous();
     ops::scale_in_place(v, options_.value_scale);
   }
-  if (options_.v_norm) {
-    // A norm without weight or rotation.
-    ops::norm_rope(RmsNormParams{Tensor(), options_.norm_eps, 0.0f}, {}, Tensor(), 0,
-                   batch.positions, batch.device_positions, v);
+  if (v_norm_) {
+    // No rotation.
+    ops::norm_rope(*v_norm_, {}, Tensor(), 0, batch.positions, batch.device_positions, v);
   }
 }
 

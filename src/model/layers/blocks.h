@@ -82,7 +82,8 @@ class SelfAttention {
   Tensor q_proj_, k_proj_, v_proj_, o_proj_;
   Tensor qkv_proj_;  // [q + k + v, hidden] on a GPU, for a layer with its own K and V (not K = V)
   std::optional<RmsNorm> q_norm_, k_norm_;
-  std::vector<float> sinks_;  // [num_q_heads] when options_.sinks
+  std::optional<RmsNormParams> v_norm_;  // without a weight, with options_.v_norm
+  std::vector<float> sinks_;             // [num_q_heads] when options_.sinks
   std::vector<float> inverse_frequencies_;
   int64_t rotary_dim_ = 0;
   Tensor device_frequencies_;  // [rotary_dim / 2] f32, for a model on a GPU
