@@ -6,5 +6,5 @@ cd "$(dirname "$0")/.."
 source tools/install_deps.sh
 pagoda_install_deps
 mkdir -p build
-pagoda_build build/release -DPAGODA_BUILD_TESTS=OFF
+pagoda_build build/release -DPAGODA_BUILD_TESTS=OFF -DPAGODA_SANITIZE=OFF -DPAGODA_CUDA=ON
 build/release/src/pagoda generate "And God said" --max-tokens 64 "$@"
