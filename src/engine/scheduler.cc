@@ -48,7 +48,7 @@ std::vector<ScheduledChunk> Scheduler::schedule() {
     const int64_t count = std::min<int64_t>(
         static_cast<int64_t>(request->tokens.size()) - request->num_computed, budget);
     bool scheduled = true;
-    while (!blocks_.allocate_slots(request->id, request->num_computed + count)) {
+    while (!blocks_.can_allocate(request->id, request->num_computed + count)) {
       SchedulerRequest* victim = running_.back();
       running_.pop_back();
       preempt(victim);
@@ -59,38 +59,35 @@ std::vector<ScheduledChunk> Scheduler::schedule() {
       }
     }
     if (!scheduled) break;
+    blocks_.allocate_slots(request->id, request->num_computed + count);
     chunks.push_back({request, request->num_computed, count});
     budget -= count;
     ++i;
   }
-  // Waiting requests in arrival order (preempted ones first), unless this step preempted.
+  // Waiting requests in arrival order (preempted ones first), unless this step preempted. Each is
+  // checked before anything is taken for it, so one that does not fit leaves no trace.
   while (!preempted && !waiting_.empty() && budget > 0 &&
          static_cast<int64_t>(running_.size()) < config_.max_num_seqs) {
     SchedulerRequest* request = waiting_.front();
-    bool adopted = false;
-    if (config_.enable_prefix_caching && request->cacheable && request->num_computed == 0) {
-      const PrefixHit hit = blocks_.find_cached_prefix(request->tokens, request->extra_keys);
+    const bool lookup =
+        config_.enable_prefix_caching && request->cacheable && request->num_computed == 0;
+    const PrefixHit hit =
+        lookup ? blocks_.find_cached_prefix(request->tokens, request->extra_keys) : PrefixHit{};
+    const int64_t first = request->num_computed + hit.num_tokens;
+    const int64_t count =
+        std::min<int64_t>(static_cast<int64_t>(request->tokens.size()) - first, budget);
+    if (!blocks_.can_allocate(hit, first + count)) break;
+    if (lookup) {
       query_tokens_ += static_cast<int64_t>(request->tokens.size());
       hit_tokens_ += hit.num_tokens;
-      if (hit.num_tokens > 0) {
-        blocks_.adopt_prefix(request->id, hit);
-        request->num_computed = hit.num_tokens;
-        adopted = true;
-      }
     }
-    const int64_t count = std::min<int64_t>(
-        static_cast<int64_t>(request->tokens.size()) - request->num_computed, budget);
-    if (!blocks_.allocate_slots(request->id, request->num_computed + count)) {
-      if (adopted) {
-        blocks_.free(request->id);
-        request->num_computed = 0;
-      }
-      break;
-    }
+    if (hit.num_tokens > 0) blocks_.adopt_prefix(request->id, hit);
+    blocks_.allocate_slots(request->id, first + count);
+    request->num_computed = first;
     waiting_.pop_front();
     running_.push_back(request);
     request->status = RequestStatus::kRunning;
-    chunks.push_back({request, request->num_computed, count});
+    chunks.push_back({request, first, count});
     budget -= count;
   }
   return chunks;

@@ -58,10 +58,28 @@ int64_t KvCacheManager::blocks_needed(int64_t id, int64_t num_tokens) const {
   return needed;
 }
 
-bool KvCacheManager::allocate_slots(int64_t id, int64_t num_tokens) {
+bool KvCacheManager::can_allocate(const PrefixHit& hit, int64_t num_tokens) const {
+  int64_t needed = 0;
+  for (size_t g = 0; g < plan_.groups.size(); ++g) {
+    const int64_t block_size = plan_.groups[g].spec.page.block_size;
+    // A hit of no tokens may have no entries at all.
+    const std::span<const int32_t> blocks = g < hit.blocks.size()
+                                                ? std::span<const int32_t>(hit.blocks[g])
+                                                : std::span<const int32_t>();
+    needed += std::max<int64_t>(
+        0, (num_tokens + block_size - 1) / block_size - static_cast<int64_t>(blocks.size()));
+    for (int32_t block : blocks) {
+      if (block != 0 && pool_.ref_count(block) == 0) ++needed;  // it leaves the free queue
+    }
+  }
+  return pool_.can_allocate(needed);
+}
+
+void KvCacheManager::allocate_slots(int64_t id, int64_t num_tokens) {
   PAGODA_CHECK(num_tokens <= plan_.max_model_len, "request {} wants slots for {} tokens, past {}",
                id, num_tokens, plan_.max_model_len);
-  if (!pool_.can_allocate(blocks_needed(id, num_tokens))) return false;
+  PAGODA_CHECK(can_allocate(id, num_tokens), "request {} allocates {} tokens' blocks unchecked", id,
+               num_tokens);
   Held& entry = hold(id);
   for (size_t g = 0; g < plan_.groups.size(); ++g) {
     const int64_t block_size = plan_.groups[g].spec.page.block_size;
@@ -71,7 +89,6 @@ bool KvCacheManager::allocate_slots(int64_t id, int64_t num_tokens) {
     pool_.allocate(std::span(row(g, entry.row) + state.num_blocks, wanted - state.num_blocks));
     state.num_blocks = wanted;
   }
-  return true;
 }
 
 void KvCacheManager::free(int64_t id) {

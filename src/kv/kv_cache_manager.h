@@ -35,15 +35,23 @@ class KvCacheManager {
   // salt) separate otherwise equal prompts.
   PrefixHit find_cached_prefix(std::span<const int32_t> tokens,
                                std::span<const uint64_t> extra_keys) const;
+  // Whether a request that holds no blocks yet can start on `hit` and then hold `num_tokens`
+  // tokens: the hit's blocks that sit free in the pool count against the free blocks, as do the
+  // blocks it adds. Pure.
+  bool can_allocate(const PrefixHit& hit, int64_t num_tokens) const;
   // Starts request `id` on a hit: its tables begin with the hit's blocks, which gain a reference.
   void adopt_prefix(int64_t id, const PrefixHit& hit);
   // Records the full blocks among request `id`'s first `num_computed` tokens in the prefix cache.
   void cache_full_blocks(int64_t id, std::span<const int32_t> tokens, int64_t num_computed,
                          std::span<const uint64_t> extra_keys);
 
-  // Extends request `id`'s blocks in every group to cover `num_tokens` tokens. Returns false and
-  // allocates nothing when the pool has too few free blocks.
-  bool allocate_slots(int64_t id, int64_t num_tokens);
+  // Whether the pool has the blocks request `id` needs to cover `num_tokens` tokens. Pure.
+  bool can_allocate(int64_t id, int64_t num_tokens) const {
+    return pool_.can_allocate(blocks_needed(id, num_tokens));
+  }
+  // Extends request `id`'s blocks in every group to cover `num_tokens` tokens. Requires
+  // can_allocate(id, num_tokens) (InternalError otherwise).
+  void allocate_slots(int64_t id, int64_t num_tokens);
   // Blocks a request would need in total, over all groups, to hold `num_tokens` tokens.
   int64_t blocks_needed(int64_t id, int64_t num_tokens) const;
   // Frees request `id`'s sliding-group blocks that no query from position `num_computed` on can

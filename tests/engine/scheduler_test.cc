@@ -108,6 +108,30 @@ TEST(SchedulerTest, PreemptsTheNewestWhenBlocksRunOut) {
   EXPECT_EQ(blocks.num_free_blocks(), 12);
 }
 
+TEST(SchedulerTest, CountsEachPrefixLookupOnce) {
+  // 16 usable blocks: a takes most of them, so b waits at the head of the queue for steps.
+  const KvCachePlan plan = small_plan(17, /*max_model_len=*/32);
+  KvCacheManager blocks(plan);
+  Scheduler scheduler({}, blocks);
+  SchedulerRequest a = request(1, 24);
+  SchedulerRequest b = request(2, 16);
+  scheduler.add(&a);
+  scheduler.complete(scheduler.schedule());
+  scheduler.add(&b);
+  for (int step = 0; step < 3; ++step) {
+    a.tokens.push_back(step);
+    scheduler.complete(scheduler.schedule());
+    ASSERT_EQ(b.status, RequestStatus::kWaiting) << "step " << step;
+  }
+  scheduler.remove(&a);
+  scheduler.complete(scheduler.schedule());
+  EXPECT_EQ(b.status, RequestStatus::kRunning);
+  // Each prompt was looked up once, when it was admitted, however often b was retried.
+  EXPECT_EQ(scheduler.prefix_query_tokens(), 24 + 16);
+  scheduler.remove(&b);
+  EXPECT_EQ(blocks.num_free_blocks(), 16);
+}
+
 TEST(SchedulerTest, AbortAtEveryStageFreesBlocks) {
   const KvCachePlan plan = small_plan(100);
   for (int stage = 0; stage < 3; ++stage) {

@@ -31,12 +31,12 @@ TEST(KvCacheManagerTest, CoversTokensInEveryGroup) {
   const ModelConfig model = model_of({full_layer(1, 16), sliding_layer(1, 8, 64)});
   const KvCachePlan plan = plan_kv_cache(kv_layers(model), {.num_blocks = 7, .max_model_len = 64});
   KvCacheManager manager(plan);
-  ASSERT_TRUE(manager.allocate_slots(7, 17));
+  manager.allocate_slots(7, 17);
   EXPECT_EQ(manager.block_ids(7, 0).size(), 2u);  // 17 tokens in blocks of 16
   EXPECT_EQ(manager.block_ids(7, 1).size(), 1u);  // and of 32
   EXPECT_EQ(manager.num_free_blocks(), 6 - 3);
   EXPECT_EQ(manager.blocks_needed(7, 40), 1 + 1);
-  EXPECT_FALSE(manager.allocate_slots(8, 64));  // too many: nothing taken
+  EXPECT_FALSE(manager.can_allocate(8, 64));  // too many
   EXPECT_EQ(manager.num_free_blocks(), 3);
   manager.free(7);
   EXPECT_EQ(manager.num_free_blocks(), 6);
@@ -46,7 +46,7 @@ TEST(KvCacheManagerTest, SharedPrefixReusesBlocks) {
   const KvCachePlan plan = plan_for(model_of({full_layer(1, 8)}), 20);
   KvCacheManager manager(plan);
   const std::vector<int32_t> a = tokens(10);
-  ASSERT_TRUE(manager.allocate_slots(1, 10));
+  manager.allocate_slots(1, 10);
   manager.cache_full_blocks(1, a, 10, {});
   // Same first 9 tokens, then different: two full blocks (8 tokens) hit.
   std::vector<int32_t> b = tokens(12);
@@ -57,7 +57,7 @@ TEST(KvCacheManagerTest, SharedPrefixReusesBlocks) {
   EXPECT_EQ(hit.blocks[0][0], manager.block_ids(1, 0)[0]);
   const int64_t free_before = manager.num_free_blocks();
   manager.adopt_prefix(2, hit);
-  ASSERT_TRUE(manager.allocate_slots(2, 12));
+  manager.allocate_slots(2, 12);
   EXPECT_EQ(manager.num_free_blocks(), free_before - 1);  // only the third block is new
   // A hit never covers the last token: exactly A's first 8 tokens hit only 4.
   EXPECT_EQ(manager.find_cached_prefix(tokens(8), {}).num_tokens, 4);
@@ -71,13 +71,33 @@ TEST(KvCacheManagerTest, SharedPrefixReusesBlocks) {
   EXPECT_EQ(manager.find_cached_prefix(b, {}).num_tokens, 8);
 }
 
+TEST(KvCacheManagerTest, AHitsFreeBlocksCountAgainstThePool) {
+  // 5 usable blocks of 4 tokens. A finished request leaves 2 cached blocks in the free queue.
+  const KvCachePlan plan = plan_for(model_of({full_layer(1, 8)}), 6, /*max_model_len=*/20);
+  KvCacheManager manager(plan);
+  manager.allocate_slots(1, 9);
+  manager.cache_full_blocks(1, tokens(9), 9, {});
+  manager.free(1);
+  const PrefixHit hit = manager.find_cached_prefix(tokens(20), {});
+  ASSERT_EQ(hit.num_tokens, 8);
+  // Starting on the hit takes its 2 free blocks out of the queue, so 3 more fit, not 5.
+  EXPECT_TRUE(manager.can_allocate(hit, 20));
+  manager.allocate_slots(7, 4);  // another request takes a block
+  EXPECT_FALSE(manager.can_allocate(hit, 20));
+  EXPECT_TRUE(manager.can_allocate(hit, 16));
+  EXPECT_TRUE(manager.can_allocate(PrefixHit{}, 16));  // no hit: 4 new blocks
+  EXPECT_FALSE(manager.can_allocate(PrefixHit{}, 20));
+  manager.free(7);
+  EXPECT_EQ(manager.num_free_blocks(), 5);
+}
+
 TEST(KvCacheManagerTest, SlidingGroupsNeedOnlyTheirWindow) {
   // Full and sliding (window 5) layers with equal pages, block size 4.
   const KvCachePlan plan =
       plan_for(model_of({full_layer(1, 8), sliding_layer(1, 8, 5)}), 12, /*max_model_len=*/16);
   KvCacheManager manager(plan);
   const std::vector<int32_t> a = tokens(12);
-  ASSERT_TRUE(manager.allocate_slots(1, 12));
+  manager.allocate_slots(1, 12);
   manager.cache_full_blocks(1, a, 12, {});
   const int32_t sliding_block_1 = manager.block_ids(1, 1)[1];
   // The next query (position 12) sees tokens 8..12: sliding blocks 0 and 1 are freed.
@@ -88,7 +108,7 @@ TEST(KvCacheManagerTest, SlidingGroupsNeedOnlyTheirWindow) {
   EXPECT_EQ(manager.num_free_blocks(), 5 + 2);
   // Another request takes six blocks: the five never used, then the freed sliding block 1 (the
   // freed cached blocks are evicted last, tail first).
-  ASSERT_TRUE(manager.allocate_slots(9, 12));
+  manager.allocate_slots(9, 12);
   EXPECT_EQ(manager.num_free_blocks(), 1);
   const std::span<const int32_t> taken_full = manager.block_ids(9, 0);
   const std::span<const int32_t> taken_sliding = manager.block_ids(9, 1);
@@ -114,7 +134,7 @@ TEST(KvCacheManagerTest, TablesKeepRowsAcrossGrowthAndReuseFreedOnes) {
   // More requests than the first rows: the tables grow and keep every row's blocks.
   std::vector<std::vector<int32_t>> expected;
   for (int id = 0; id < 9; ++id) {
-    ASSERT_TRUE(manager.allocate_slots(id, 4 + id));
+    manager.allocate_slots(id, 4 + id);
     const std::span<const int32_t> blocks = manager.block_ids(id, 0);
     expected.emplace_back(blocks.begin(), blocks.end());
   }
@@ -127,7 +147,7 @@ TEST(KvCacheManagerTest, TablesKeepRowsAcrossGrowthAndReuseFreedOnes) {
   // A freed request's row goes to the next request, cleared.
   const int32_t row = manager.table_row(8);
   manager.free(8);
-  ASSERT_TRUE(manager.allocate_slots(20, 1));
+  manager.allocate_slots(20, 1);
   EXPECT_EQ(manager.table_row(20), row);
   EXPECT_EQ(manager.table_data(0)[row * 16 + 1], 0);
   EXPECT_THROW(manager.allocate_slots(21, 65), InternalError);  // past max_model_len

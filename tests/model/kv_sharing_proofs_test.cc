@@ -47,7 +47,7 @@ TEST(KvSharingProofTest, SharedLayerHasNoKvAndWritesNothing) {
   const KvCache cache = allocate_kv_cache(setup.plan, Device::cpu());
   KvCacheManager blocks(setup.plan);
   ModelRunner runner(model, setup.plan, cache);
-  ASSERT_TRUE(blocks.allocate_slots(0, static_cast<int64_t>(kPrompt.size()) + 1));
+  blocks.allocate_slots(0, static_cast<int64_t>(kPrompt.size()) + 1);
   const ScheduledSequence prefill{.request_id = 0, .new_token_ids = kPrompt};
   model.forward(runner.prepare({&prefill}, blocks));
 
@@ -95,7 +95,7 @@ TEST(KvSharingProofTest, PaddingRowsAreNeverRead) {
 
   auto run = [&](int64_t padding, KvCache& cache) {
     KvCacheManager blocks(setup.plan);
-    EXPECT_TRUE(blocks.allocate_slots(0, real));
+    blocks.allocate_slots(0, real);
     ModelRunner runner(model, setup.plan, cache);
     ForwardBatch batch = runner.prepare({&prefill}, blocks, padding);
     // Poison the padding rows: other tokens at other positions.
@@ -141,7 +141,7 @@ ModelConfig small_head_drafter() {
 Tensor drafter_logits(CausalLm& drafter, const CacheSetup& setup, int64_t first_layer) {
   const KvCache cache = allocate_kv_cache(setup.plan, Device::cpu());
   KvCacheManager blocks(setup.plan);
-  EXPECT_TRUE(blocks.allocate_slots(0, static_cast<int64_t>(kPrompt.size()) + 1));
+  blocks.allocate_slots(0, static_cast<int64_t>(kPrompt.size()) + 1);
   ModelRunner runner(drafter, setup.plan, cache, {.first_layer = first_layer});
   const Tensor prefill =
       runner.execute({{.request_id = 0, .new_token_ids = kPrompt, .all_logits = true}}, blocks)
