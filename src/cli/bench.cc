@@ -254,7 +254,7 @@ void run_bench(const BenchOptions& options, const CLI::App& command) {
   if (flags.kv_cache_memory.empty() && !flags.num_blocks) {
     const int64_t longest = options.input_len + options.output_len;
     flags.num_blocks =
-        std::max(kNullBlocks + options.batch_size * blocks_to_hold(setup.plan, longest),
+        std::max(kNullBlocks + options.batch_size * setup.plan.blocks_for_sequence(longest),
                  setup.plan.num_blocks);
     setup = plan_cache(config, nullptr, flags);
   }

@@ -73,6 +73,7 @@ Device engine_device(const EngineFlags& flags) {
 
 CacheFlags device_cache_flags(const EngineFlags& flags) {
   CacheFlags cache = flags.cache;
+  cache.max_num_batched_tokens = flags.scheduler.max_num_batched_tokens;
   const bool gpu = !engine_device(flags).is_cpu();
   if (cache.attention_backend == "auto") cache.attention_backend = gpu ? "cuda" : "cpu";
   if (gpu) {

@@ -130,8 +130,8 @@ void run_generate(const GenerateOptions& options) {
   if (flags.kv_cache_memory.empty() && !flags.num_blocks) {
     int64_t needed = kNullBlocks;
     for (const GenerationRequest& request : requests) {
-      needed += blocks_to_hold(setup.plan, static_cast<int64_t>(request.prompt_token_ids.size()) +
-                                               request.params.max_tokens);
+      needed += setup.plan.blocks_for_sequence(
+          static_cast<int64_t>(request.prompt_token_ids.size()) + request.params.max_tokens);
     }
     flags.num_blocks = std::max(needed, setup.plan.num_blocks);
     setup = plan_cache(config, nullptr, flags);

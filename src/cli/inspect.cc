@@ -182,6 +182,7 @@ nlohmann::json inspect_report_json(const InspectReport& report) {
       {"null_blocks", kNullBlocks},
       {"total_bytes", plan.total_bytes()},
       {"bytes_per_token", bytes_per_token},
+      {"max_tokens_per_step", plan.max_tokens_per_step},
       {"blocks_per_max_model_len_sequence", plan.blocks_for_sequence(plan.max_model_len)},
       {"max_sequence_tokens", max_tokens ? nlohmann::json(*max_tokens) : nlohmann::json(nullptr)},
       {"max_concurrency", plan.max_concurrency()}};
@@ -263,8 +264,11 @@ std::string inspect_report_text(const InspectReport& report) {
                      plan.total_bytes());
   out += fmt::format("  one sequence       up to {} tokens\n",
                      max_tokens ? std::to_string(*max_tokens) : "unbounded (sliding layers only)");
-  out += fmt::format("  at max_model_len   {} blocks per sequence, {:.2f} sequences at once\n",
-                     plan.blocks_for_sequence(plan.max_model_len), plan.max_concurrency());
+  out += fmt::format(
+      "  at max_model_len   {} blocks per sequence, {:.2f} sequences at once (steps of up to {} "
+      "tokens)\n",
+      plan.blocks_for_sequence(plan.max_model_len), plan.max_concurrency(),
+      plan.max_tokens_per_step);
   return out;
 }
 
@@ -277,6 +281,10 @@ void add_inspect_command(CLI::App& app) {
   inspect->add_option("--draft-model", options->draft_model_dir,
                       "Drafter directory (a Gemma 4 assistant or any supported model)");
   add_cache_flags(*inspect, options->cache);
+  inspect
+      ->add_option("--max-num-batched-tokens", options->cache.max_num_batched_tokens,
+                   "Token budget per step, which bounds a sliding-window group's blocks")
+      ->capture_default_str();
   inspect->add_flag("--json", options->json, "Print the plan as JSON (docs/inspect-json.md)");
   inspect->callback([options] {
     const InspectReport report = build_inspect_report(*options);

@@ -33,6 +33,7 @@ CacheSetup plan_cache(const ModelConfig& target, const ModelConfig* drafter,
   }
   if (!flags.kv_cache_memory.empty()) cache.memory_bytes = parse_byte_size(flags.kv_cache_memory);
   cache.num_blocks = flags.num_blocks;
+  cache.max_tokens_per_step = flags.max_num_batched_tokens;
   cache.layout = parse_kv_buffer_layout(flags.buffer_layout);
   const KvLayerOptions layer_options{
       .block_size = flags.block_size, .dtype = setup.dtype, .backend = setup.backend};

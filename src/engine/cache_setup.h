@@ -14,7 +14,8 @@ struct CacheFlags {
   std::string kv_cache_memory;  // e.g. "4GiB"; empty: not given
   std::optional<int64_t> num_blocks;
   int64_t block_size = 16;
-  std::optional<int64_t> max_model_len;    // default: the target's max_position_embeddings
+  std::optional<int64_t> max_model_len;  // default: the target's max_position_embeddings
+  int64_t max_num_batched_tokens = kDefaultMaxNumBatchedTokens;  // the scheduler's budget
   std::string dtype = "auto";              // auto: the target's dtype, else bfloat16
   std::string attention_backend = "auto";  // auto: cpu, or cuda on a GPU
   std::string buffer_layout = "separate";

@@ -23,7 +23,7 @@ void check_request(const GeneratorConfig& config, const KvCachePlan& plan,
     fail("prompt of {} tokens plus max_tokens {} exceeds max_model_len {}", prompt,
          request.params.max_tokens, config.max_model_len);
   }
-  const int64_t needed = blocks_to_hold(plan, longest);
+  const int64_t needed = plan.blocks_for_sequence(longest);
   if (needed > plan.num_blocks - kNullBlocks) {
     fail(
         "it may need {} KV blocks for {} tokens; the pool has {}: raise --kv-cache-memory or "
@@ -87,7 +87,14 @@ Engine::Engine(CausalLm& model, const KvCachePlan& plan, const KvCache& cache,
       config_(config),
       blocks_(plan),
       scheduler_(config.scheduler, blocks_),
-      runner_(model, plan, cache, {.enforce_eager = config.enforce_eager}) {}
+      runner_(model, plan, cache, {.enforce_eager = config.enforce_eager}) {
+  if (config.scheduler.max_num_batched_tokens > plan.max_tokens_per_step) {
+    fail(
+        "max_num_batched_tokens {} is larger than the {} tokens per step the KV cache was planned "
+        "for",
+        config.scheduler.max_num_batched_tokens, plan.max_tokens_per_step);
+  }
+}
 
 void Engine::validate(const GenerationRequest& request) const {
   check_request(config_, plan_, request);

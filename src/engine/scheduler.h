@@ -14,7 +14,7 @@ namespace pagoda {
 
 struct SchedulerConfig {
   int64_t max_num_seqs = 256;
-  int64_t max_num_batched_tokens = 8192;
+  int64_t max_num_batched_tokens = kDefaultMaxNumBatchedTokens;
   bool enable_prefix_caching = true;
 };
 

@@ -7,14 +7,6 @@
 
 namespace pagoda {
 
-int64_t blocks_to_hold(const KvCachePlan& plan, int64_t num_tokens) {
-  int64_t blocks = 0;
-  for (const KvGroup& group : plan.groups) {
-    blocks += (num_tokens + group.spec.page.block_size - 1) / group.spec.page.block_size;
-  }
-  return blocks;
-}
-
 KvCacheManager::KvCacheManager(const KvCachePlan& plan)
     : plan_(plan), pool_(plan.num_blocks), tables_(plan.groups.size()) {
   for (const KvGroup& group : plan.groups) {

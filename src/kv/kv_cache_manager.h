@@ -14,10 +14,6 @@
 
 namespace pagoda {
 
-// Blocks a manager takes, over all groups, for a new request of `num_tokens` tokens. Every group
-// keeps every block of a request for now (sliding groups included).
-int64_t blocks_to_hold(const KvCachePlan& plan, int64_t num_tokens);
-
 // A prefix-cache hit: how many leading tokens are already in the cache, and the blocks holding
 // them per group (a sliding group has the null block where its window no longer reaches).
 struct PrefixHit {

@@ -99,7 +99,7 @@ std::string_view kv_buffer_layout_name(KvBufferLayout layout) {
 int64_t KvCachePlan::blocks_for_sequence(int64_t num_tokens) const {
   int64_t blocks = 0;
   for (const KvGroup& group : groups)
-    blocks += group.spec.blocks_for_tokens(num_tokens);
+    blocks += group.spec.blocks_for_tokens(num_tokens, max_tokens_per_step);
   return blocks;
 }
 
@@ -135,6 +135,9 @@ KvCachePlan plan_kv_cache(std::vector<KvLayer> layers, const KvCacheOptions& opt
   if (options.num_blocks && *options.num_blocks < 1) {
     fail("the number of KV blocks is {}; it must be at least 1", *options.num_blocks);
   }
+  if (options.max_tokens_per_step < 1) {
+    fail("the token budget per step is {}; it must be at least 1", options.max_tokens_per_step);
+  }
   if (options.max_model_len > kMaxSequenceTokens) {
     fail("max_model_len is {}; it must be at most {}", options.max_model_len, kMaxSequenceTokens);
   }
@@ -146,6 +149,7 @@ KvCachePlan plan_kv_cache(std::vector<KvLayer> layers, const KvCacheOptions& opt
   KvCachePlan plan;
   plan.layers = std::move(layers);
   plan.max_model_len = options.max_model_len;
+  plan.max_tokens_per_step = options.max_tokens_per_step;
   plan.layout = options.layout;
   plan.unification = unify_page_sizes(plan.layers);
   plan.groups = group_kv_layers(plan.layers);

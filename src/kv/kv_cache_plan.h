@@ -25,11 +25,17 @@ enum class KvBufferLayout {
 KvBufferLayout parse_kv_buffer_layout(const std::string& text);
 std::string_view kv_buffer_layout_name(KvBufferLayout layout);
 
+// The scheduler's default token budget per step: a step computes at most this many tokens of one
+// sequence, which bounds the blocks a sliding-window group holds.
+constexpr int64_t kDefaultMaxNumBatchedTokens = 8192;
+
 // With neither memory_bytes nor num_blocks, the pool holds exactly one max_model_len sequence.
 struct KvCacheOptions {
   std::optional<int64_t> memory_bytes;  // budget for the pool
   std::optional<int64_t> num_blocks;    // or an exact block count (wins over memory_bytes)
   int64_t max_model_len = 0;            // the pool must hold one sequence this long
+  // The most tokens of one sequence a step computes (the scheduler's max_num_batched_tokens).
+  int64_t max_tokens_per_step = kDefaultMaxNumBatchedTokens;
   KvBufferLayout layout = KvBufferLayout::kSeparate;
 };
 
@@ -52,6 +58,7 @@ struct KvCachePlan {
   int64_t slots_per_block = 0;  // tensors that share one block id
   int64_t num_blocks = 0;       // including the reserved null block (id 0)
   int64_t max_model_len = 0;
+  int64_t max_tokens_per_step = 0;  // as in KvCacheOptions
   KvBufferLayout layout = KvBufferLayout::kSeparate;
   std::vector<KvBuffer> buffers;
   std::vector<KvLayerPlacement> placements;  // per layer; a sharing layer has its source's
@@ -59,7 +66,8 @@ struct KvCachePlan {
   int64_t page_bytes() const { return unification.page_bytes; }
   int64_t bytes_per_block_id() const { return page_bytes() * slots_per_block; }
   int64_t total_bytes() const { return bytes_per_block_id() * num_blocks; }
-  // Blocks one sequence of `num_tokens` tokens takes, summed over groups.
+  // The most blocks one sequence of `num_tokens` tokens holds at once, summed over groups: the
+  // one rule the planner, admission, `inspect` and pool sizing all use.
   int64_t blocks_for_sequence(int64_t num_tokens) const;
   // The longest sequence the pool can hold alone (at most kMaxSequenceTokens); nullopt when only
   // sliding groups exist (no length runs the pool out).

@@ -4,11 +4,15 @@
 
 namespace pagoda {
 
-int64_t KvSpec::blocks_for_tokens(int64_t num_tokens) const {
-  const int64_t all = (num_tokens + page.block_size - 1) / page.block_size;
+int64_t KvSpec::blocks_for_tokens(int64_t num_tokens, int64_t tokens_per_step) const {
+  const int64_t block = page.block_size;
+  const int64_t all = (num_tokens + block - 1) / block;
   if (kind == AttentionKind::kFull) return all;
-  // The newest token sees window - 1 earlier tokens; they span at most this many blocks.
-  const int64_t reachable = (sliding_window - 1 + page.block_size - 1) / page.block_size + 1;
+  // A step of c tokens after n computed ones holds blocks from the one with token
+  // n - window + 1 (those before were freed after the last step) to the one with token n + c - 1:
+  // window + c - 1 tokens, which span at most 1 + ceil((window + c - 2) / block) blocks.
+  const int64_t step = std::clamp<int64_t>(tokens_per_step, 1, std::max<int64_t>(num_tokens, 1));
+  const int64_t reachable = 1 + (sliding_window + step - 2 + block - 1) / block;
   return std::min(all, reachable);
 }
 

@@ -21,9 +21,11 @@ struct KvSpec {
 
   int64_t real_page_bytes() const { return page.page_bytes(); }
   int64_t page_bytes() const { return padded_page_bytes.value_or(real_page_bytes()); }
-  // Blocks one sequence of `num_tokens` tokens holds in this spec's group: every block for full
-  // attention, only those the window can still reach for sliding attention.
-  int64_t blocks_for_tokens(int64_t num_tokens) const;
+  // The most blocks one sequence of `num_tokens` tokens holds at once in this spec's group when a
+  // step computes at most `tokens_per_step` of its tokens: every block for full attention; for
+  // sliding attention, those the window reaches from the step's first query plus the step's own
+  // (a step writes all its tokens before the blocks its window has passed are freed).
+  int64_t blocks_for_tokens(int64_t num_tokens, int64_t tokens_per_step) const;
 
   bool operator==(const KvSpec&) const = default;
 };

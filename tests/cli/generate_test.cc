@@ -34,6 +34,26 @@ std::vector<int32_t> bytes_of(const std::string& text) {
                               reinterpret_cast<const uint8_t*>(text.data()) + text.size());
 }
 
+// The pool `inspect` says holds one sequence runs one: both count blocks by one rule.
+TEST(GenerateCliTest, RunsTheSequenceInspectSaysThePoolHolds) {
+  const std::string model = std::string(PAGODA_SOURCE_DIR) + "/tests/fixtures/gemma4-tiny";
+  for (const char* budget : {"8", "8192"}) {
+    SCOPED_TRACE(budget);
+    const std::string cache =
+        std::string(" --block-size 4 --max-model-len 64") + " --max-num-batched-tokens " + budget;
+    const CliRun inspect = run_pagoda("inspect --model " + model + cache + " --json");
+    ASSERT_EQ(inspect.exit_code, 0) << inspect.err;
+    const nlohmann::json kv = nlohmann::json::parse(inspect.out)["kv_cache"];
+    const int64_t num_blocks = kv["num_blocks"].get<int64_t>();
+    EXPECT_EQ(kv["blocks_per_max_model_len_sequence"].get<int64_t>(), num_blocks - 1);
+    const CliRun run = run_pagoda("generate --model " + model + cache + " --num-blocks " +
+                                  std::to_string(num_blocks) +
+                                  " --prompt-ids 3,7,9,11 --max-tokens 60 --ignore-eos --stats");
+    ASSERT_EQ(run.exit_code, 0) << run.err;
+    EXPECT_NE(run.err.find("preemptions         0"), std::string::npos) << run.err;
+  }
+}
+
 TEST(GenerateCliTest, JsonPerRequestInBatchOrder) {
   const nlohmann::json first = reference_prompt(1);
   const nlohmann::json second = reference_prompt(2);

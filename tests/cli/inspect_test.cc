@@ -36,7 +36,7 @@ TEST(InspectCliTest, PrintsThePlanAsText) {
 TEST(InspectCliTest, JsonMatchesThePlan) {
   const CliRun run = run_pagoda("inspect --model " + example("mimo-v2-flash") + " --draft-model " +
                                 example("mimo-v2-flash-draft-128") +
-                                " --num-blocks 5000 --max-model-len 16384 --json");
+                                " --num-blocks 8000 --max-model-len 16384 --json");
   ASSERT_EQ(run.exit_code, 0) << run.err;
   const nlohmann::json plan = nlohmann::json::parse(run.out);
   EXPECT_EQ(plan["model"]["architecture"], "MiMoV2FlashForCausalLM");
@@ -47,9 +47,9 @@ TEST(InspectCliTest, JsonMatchesThePlan) {
   EXPECT_EQ(plan["layers"][0]["head_size_v"], 128);
   EXPECT_EQ(plan["layers"][1]["bytes_per_token"], 8 * 320 * 2);
   EXPECT_EQ(plan["kv_cache"]["page_bytes"], 81920);
-  EXPECT_EQ(plan["kv_cache"]["num_blocks"], 5000);
+  EXPECT_EQ(plan["kv_cache"]["num_blocks"], 8000);
   EXPECT_EQ(plan["kv_cache"]["total_bytes"],
-            plan["kv_cache"]["bytes_per_block_id"].get<int64_t>() * 5000);
+            plan["kv_cache"]["bytes_per_block_id"].get<int64_t>() * 8000);
   bool padded = false;
   for (const auto& decision : plan["page_sizes"]) {
     if (decision["action"] == "padded") {

@@ -58,9 +58,15 @@ TEST(KvCachePlanTest, TooSmallBudgetNamesTheNumbers) {
 TEST(KvCachePlanTest, SlidingGroupsNeedOnlyTheirWindow) {
   // One full layer and one sliding layer (window 64) of equal pages.
   const ModelConfig model = model_of({full_layer(1, 64), sliding_layer(1, 64, 64)});
-  const KvCachePlan p = plan(model, nullptr, {.num_blocks = 101, .max_model_len = 1024});
+  const KvCachePlan p =
+      plan(model, nullptr, {.num_blocks = 101, .max_model_len = 1024, .max_tokens_per_step = 1});
   EXPECT_EQ(p.blocks_for_sequence(1024), 64 + 5);  // window spans at most ceil(63/16) + 1
   EXPECT_EQ(p.max_sequence_tokens(), 95 * 16);     // 100 usable = 95 full + 5 sliding
+  // Steps of 256 tokens hold the window and the step: 1 + ceil((64 + 254) / 16) = 21 blocks.
+  const KvCachePlan chunked =
+      plan(model, nullptr, {.num_blocks = 101, .max_model_len = 1024, .max_tokens_per_step = 256});
+  EXPECT_EQ(chunked.blocks_for_sequence(1024), 64 + 21);
+  EXPECT_EQ(chunked.max_sequence_tokens(), 79 * 16);
   const ModelConfig sliding_only = model_of({sliding_layer(1, 64, 64)});
   EXPECT_EQ(plan(sliding_only, nullptr, {.max_model_len = 1024}).max_sequence_tokens(),
             std::nullopt);

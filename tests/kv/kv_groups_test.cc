@@ -88,14 +88,22 @@ TEST(KvSpecTest, MergeKeepsEveryField) {
 TEST(KvSpecTest, BlocksForTokens) {
   KvSpec full{.kind = AttentionKind::kFull,
               .page = {.block_size = 16, .num_kv_heads = 1, .head_size_k = 8, .head_size_v = 8}};
-  EXPECT_EQ(full.blocks_for_tokens(0), 0);
-  EXPECT_EQ(full.blocks_for_tokens(16), 1);
-  EXPECT_EQ(full.blocks_for_tokens(17), 2);
+  EXPECT_EQ(full.blocks_for_tokens(0, 1), 0);
+  EXPECT_EQ(full.blocks_for_tokens(16, 1), 1);
+  EXPECT_EQ(full.blocks_for_tokens(17, 8192), 2);
+  EXPECT_EQ(full.blocks_for_tokens(1000, 1), 63);
   KvSpec sliding = full;
   sliding.kind = AttentionKind::kSliding;
-  sliding.sliding_window = 33;  // the newest token sees 32 earlier ones: at most 3 blocks
-  EXPECT_EQ(sliding.blocks_for_tokens(20), 2);
-  EXPECT_EQ(sliding.blocks_for_tokens(1000), 3);
+  sliding.sliding_window = 33;
+  // One token a step: it sees 32 earlier ones, which span at most 3 blocks.
+  EXPECT_EQ(sliding.blocks_for_tokens(20, 1), 2);
+  EXPECT_EQ(sliding.blocks_for_tokens(1000, 1), 3);
+  // 64 tokens a step: the 33 + 63 tokens from the window of the step's first query to its last
+  // token span at most 1 + ceil(95 / 16) = 7 blocks.
+  EXPECT_EQ(sliding.blocks_for_tokens(1000, 64), 7);
+  // Never more than the sequence has, nor a step longer than the sequence.
+  EXPECT_EQ(sliding.blocks_for_tokens(40, 8192), 3);
+  EXPECT_EQ(sliding.blocks_for_tokens(100, 8192), 7);
 }
 
 }  // namespace

@@ -48,7 +48,7 @@ ModelRun run(const std::string& name, Device device, bool enforce_eager,
   weights.set_device(device);
   weights.round_to_bf16_on_host();
   const std::unique_ptr<CausalLm> model = build_causal_lm(config, weights);
-  CacheFlags flags{.num_blocks = 200, .block_size = 4, .max_model_len = 256};
+  CacheFlags flags{.num_blocks = 300, .block_size = 4, .max_model_len = 256};
   flags.dtype = "bfloat16";  // both paths round K and V to bf16 in the cache
   flags.attention_backend = device.is_cpu() ? "cpu" : "cuda";
   const CacheSetup setup = plan_cache(config, nullptr, flags);

@@ -47,7 +47,7 @@ TEST_P(Gemma4AssistantDraftTest, DraftsLikeTransformers) {
 
   // One pool for both: the assistant's layers own nothing.
   CacheFlags flags;
-  flags.num_blocks = 200;
+  flags.num_blocks = 300;
   flags.block_size = 4;
   flags.max_model_len = 256;
   flags.dtype = "float32";  // as the reference: bf16 checkpoints get an f32 cache too

@@ -41,7 +41,7 @@ TEST(KvSharingProofTest, SharedLayerHasNoKvAndWritesNothing) {
   WeightSource weights = WeightSource::from_checkpoint(fixture("gemma4-tiny"));
   Gemma4Model model(config, weights);
   CacheFlags flags;
-  flags.num_blocks = 100;
+  flags.num_blocks = 200;
   flags.block_size = 4;
   const CacheSetup setup = plan_cache(config, nullptr, flags);
   const KvCache cache = allocate_kv_cache(setup.plan, Device::cpu());
@@ -87,7 +87,7 @@ TEST(KvSharingProofTest, PaddingRowsAreNeverRead) {
   WeightSource weights = WeightSource::from_checkpoint(fixture("gemma4-tiny"));
   Gemma4Model model(config, weights);
   CacheFlags flags;
-  flags.num_blocks = 100;
+  flags.num_blocks = 200;
   flags.block_size = 4;
   const CacheSetup setup = plan_cache(config, nullptr, flags);
   const ScheduledSequence prefill{.request_id = 0, .new_token_ids = kPrompt};
@@ -166,7 +166,7 @@ TEST(KvSharingProofTest, PaddedDrafterComputesWhatItComputesUnpadded) {
   std::unique_ptr<CausalLm> drafter = build_causal_lm(drafter_config, weights);
 
   CacheFlags flags;
-  flags.num_blocks = 200;
+  flags.num_blocks = 400;
   flags.block_size = 4;
   const CacheSetup shared = plan_cache(target, &drafter_config, flags);
   const CacheSetup own = plan_cache(drafter_config, nullptr, flags);

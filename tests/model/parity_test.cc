@@ -51,7 +51,7 @@ std::unique_ptr<Fixture> load_fixture(const std::string& name) {
   WeightSource weights = WeightSource::from_checkpoint(checkpoint_dir(name));
   fixture->model = build_causal_lm(fixture->config, weights);
   EXPECT_TRUE(weights.unused().empty());
-  replan(*fixture, 200, 256);
+  replan(*fixture, 300, 256);
   std::ifstream file(dir + "/reference.json");
   fixture->reference = nlohmann::json::parse(file);
   return fixture;
@@ -319,6 +319,40 @@ TEST(EngineTest, AddAndAbortBetweenSteps) {
   EXPECT_THROW(engine.abort(99), Error);
   engine.release(first);
   EXPECT_THROW(engine.result(first), Error);
+}
+
+// A pool the plan (and so `inspect`) says holds N sequences of max_model_len runs N of them at
+// once, without preemption: the planner and admission count a sequence's blocks by one rule, in
+// which a sliding group holds its window plus one step's tokens.
+TEST(GeneratorTest, APoolForNSequencesRunsN) {
+  auto fixture = load_fixture("gemma4-tiny");  // three sliding groups (window 6) and a full one
+  for (const int64_t step_tokens : {8, 64}) {
+    for (const int64_t sequences : {1, 2}) {
+      SCOPED_TRACE(fmt::format("steps of {} tokens, {} sequences", step_tokens, sequences));
+      CacheFlags flags{.block_size = 4,
+                       .max_model_len = 64,
+                       .max_num_batched_tokens = step_tokens,
+                       .dtype = "float32"};
+      const int64_t per_sequence =
+          plan_cache(fixture->config, nullptr, flags).plan.blocks_for_sequence(64);
+      flags.num_blocks = sequences * per_sequence + kNullBlocks;
+      fixture->cache = plan_cache(fixture->config, nullptr, flags);
+      fixture->memory = allocate_kv_cache(fixture->cache.plan, Device::cpu());
+      EXPECT_DOUBLE_EQ(fixture->cache.plan.max_concurrency(), static_cast<double>(sequences));
+      std::vector<GenerationRequest> requests;
+      for (int64_t r = 0; r < sequences; ++r) {
+        requests.push_back(
+            {.prompt_token_ids = {static_cast<int32_t>(3 + r), 7, 9, 11, 13, 5, 8, 2},
+             .params = {.temperature = 0.0, .max_tokens = 56, .ignore_eos = true}});
+      }
+      GenerationStats stats;
+      const std::vector<GenerationResult> results =
+          run(*fixture, requests, {.max_num_batched_tokens = step_tokens}, &stats);
+      EXPECT_EQ(stats.preemptions, 0);
+      for (const GenerationResult& result : results)
+        EXPECT_EQ(result.tokens.size(), 56u);
+    }
+  }
 }
 
 TEST(GeneratorTest, ChunkedPrefillKeepsPromptLogprobs) {
