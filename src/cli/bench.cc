@@ -12,7 +12,7 @@
 #include "cli/engine_flags.h"
 #include "core/error.h"
 #include "core/units.h"
-#include "engine/generator.h"
+#include "engine/engine.h"
 #include "engine/sampling_params.h"
 
 namespace pagoda {
@@ -263,7 +263,7 @@ void run_bench(const BenchOptions& options, const CLI::App& command) {
   std::unique_ptr<CausalLm> model = load_model(config, model_dir, engine_flags);
   const KvCache cache = allocate_kv_cache(setup.plan, engine_device(engine_flags));
   fmt::print(stderr, "loaded in {:.2f} s\n", seconds_since(load_start));
-  Engine engine(*model, setup.plan, cache, generator_config(config, setup.plan, engine_flags));
+  Engine engine(*model, setup.plan, cache, engine_config(config, setup.plan, engine_flags));
   std::mt19937_64 rng(engine_flags.seed);
   for (int64_t i = 0; i < options.warmup_iters; ++i)
     run_iteration(engine, options, config.vocab_size, rng);

@@ -117,16 +117,16 @@ std::unique_ptr<CausalLm> load_model(const ModelConfig& config, const std::strin
   return build_causal_lm(config, weights);
 }
 
-GeneratorConfig generator_config(const ModelConfig& config, const KvCachePlan& plan,
+EngineConfig engine_config(const ModelConfig& config, const KvCachePlan& plan,
                                  const EngineFlags& flags) {
-  GeneratorConfig generator{.vocab_size = config.vocab_size,
+  EngineConfig engine{.vocab_size = config.vocab_size,
                             .max_model_len = plan.max_model_len,
                             .eos_token_ids = config.eos_token_ids,
                             .seed = flags.seed,
                             .scheduler = flags.scheduler,
                             .enforce_eager = flags.enforce_eager};
-  generator.scheduler.enable_prefix_caching = !flags.no_prefix_caching;
-  return generator;
+  engine.scheduler.enable_prefix_caching = !flags.no_prefix_caching;
+  return engine;
 }
 
 }  // namespace pagoda

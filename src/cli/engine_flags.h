@@ -7,7 +7,7 @@
 #include <string>
 
 #include "cli/cache_flags.h"
-#include "engine/generator.h"
+#include "engine/engine.h"
 #include "model/causal_lm.h"
 
 namespace pagoda {
@@ -57,7 +57,7 @@ CacheFlags with_gpu_budget(const CacheFlags& flags, const EngineFlags& engine);
 // that cannot run it or a bad checkpoint.
 std::unique_ptr<CausalLm> load_model(const ModelConfig& config, const std::string& model_dir,
                                      const EngineFlags& flags);
-GeneratorConfig generator_config(const ModelConfig& config, const KvCachePlan& plan,
+EngineConfig engine_config(const ModelConfig& config, const KvCachePlan& plan,
                                  const EngineFlags& flags);
 
 }  // namespace pagoda

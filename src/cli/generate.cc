@@ -12,7 +12,7 @@
 #include "cli/engine_flags.h"
 #include "cli/prompts.h"
 #include "core/error.h"
-#include "engine/generator.h"
+#include "engine/engine.h"
 #include "engine/sampling_params.h"
 
 namespace pagoda {
@@ -141,10 +141,10 @@ void run_generate(const GenerateOptions& options) {
   std::unique_ptr<CausalLm> model = load_model(config, model_dir, options.engine);
   const auto loaded = std::chrono::steady_clock::now();
   const KvCache cache = allocate_kv_cache(setup.plan, engine_device(options.engine));
-  const GeneratorConfig generator = generator_config(config, setup.plan, options.engine);
+  const EngineConfig engine = engine_config(config, setup.plan, options.engine);
   GenerationStats stats;
   const std::vector<GenerationResult> results =
-      generate(*model, setup.plan, cache, generator, requests, &stats);
+      generate(*model, setup.plan, cache, engine, requests, &stats);
   const auto finished = std::chrono::steady_clock::now();
 
   for (size_t r = 0; r < results.size(); ++r) {

@@ -40,7 +40,7 @@ void run_serve(const ServeOptions& options) {
   const CacheSetup setup = plan_cache(config, nullptr, with_gpu_budget(flags, options.engine));
   const KvCache cache = allocate_kv_cache(setup.plan, device);
   EngineService engine(*model, setup.plan, cache,
-                       generator_config(config, setup.plan, options.engine));
+                       engine_config(config, setup.plan, options.engine));
 
   RequestLimits limits{
       .served_model_name = options.served_model_name.empty()

@@ -21,7 +21,7 @@ std::string RequestHandle::error() const {
 }
 
 EngineService::EngineService(CausalLm& model, const KvCachePlan& plan, const KvCache& cache,
-                             const GeneratorConfig& config)
+                             const EngineConfig& config)
     : plan_(plan),
       engine_(model, plan, cache, config),
       time_to_first_token_({0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1,

@@ -13,7 +13,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "engine/generator.h"
+#include "engine/engine.h"
 #include "server/metrics.h"
 
 namespace pagoda {
@@ -46,7 +46,7 @@ class EngineService {
  public:
   // Starts the thread. The model, plan and cache must outlive the service.
   EngineService(CausalLm& model, const KvCachePlan& plan, const KvCache& cache,
-                const GeneratorConfig& config);
+                const EngineConfig& config);
   ~EngineService();  // stops the thread; unfinished requests are dropped
   EngineService(const EngineService&) = delete;
   EngineService& operator=(const EngineService&) = delete;

@@ -17,11 +17,12 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "engine/cache_setup.h"
-#include "engine/generator.h"
+#include "model/fixtures.h"
 
 namespace pagoda {
 namespace {
+
+using namespace pagoda::testing;
 
 constexpr double kTrainedMean = 1e-2;
 constexpr double kTrainedWorst = 5e-2;
@@ -29,12 +30,6 @@ constexpr double kRandomMean = 6e-2;
 constexpr double kRandomWorst = 0.5;
 constexpr double kRoundedWeightsMean = 0.1;
 constexpr double kNearTie = 0.1;
-
-std::string checkpoint_dir(const std::string& name) {
-  const std::string dir = std::string(PAGODA_SOURCE_DIR) + "/tests/fixtures/" + name;
-  if (std::filesystem::exists(dir + "/config.json")) return dir;
-  return std::string(PAGODA_SOURCE_DIR) + "/models/" + name;
-}
 
 struct ModelRun {
   std::vector<std::vector<SampledToken>> tokens;
@@ -53,10 +48,10 @@ ModelRun run(const std::string& name, Device device, bool enforce_eager,
   flags.attention_backend = device.is_cpu() ? "cpu" : "cuda";
   const CacheSetup setup = plan_cache(config, nullptr, flags);
   const KvCache cache = allocate_kv_cache(setup.plan, device);
-  const GeneratorConfig generator{.vocab_size = config.vocab_size,
-                                  .max_model_len = setup.plan.max_model_len,
-                                  .eos_token_ids = config.eos_token_ids,
-                                  .enforce_eager = enforce_eager};
+  const EngineConfig engine{.vocab_size = config.vocab_size,
+                            .max_model_len = setup.plan.max_model_len,
+                            .eos_token_ids = config.eos_token_ids,
+                            .enforce_eager = enforce_eager};
   std::vector<GenerationRequest> requests;
   for (const nlohmann::json& prompt : prompts) {
     requests.push_back(
@@ -71,7 +66,7 @@ ModelRun run(const std::string& name, Device device, bool enforce_eager,
   // replay graphs padded to 1, 2, 4 or 8.
   ModelRun out;
   for (const GenerationResult& result :
-       generate(*model, setup.plan, cache, generator, requests, nullptr)) {
+       generate(*model, setup.plan, cache, engine, requests, nullptr)) {
     out.tokens.push_back(result.tokens);
     std::vector<double>& logprobs = out.prompt_logprobs.emplace_back();
     for (size_t i = 1; i < result.prompt_logprobs.size(); ++i)

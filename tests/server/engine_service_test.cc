@@ -17,7 +17,7 @@ struct TinyModel {
   std::unique_ptr<CausalLm> model;
   CacheSetup cache;
   KvCache memory;
-  GeneratorConfig generator;
+  EngineConfig engine;
 
   TinyModel() {
     const std::string dir = std::string(PAGODA_SOURCE_DIR) + "/tests/fixtures/llama-tiny";
@@ -29,7 +29,7 @@ struct TinyModel {
     flags.block_size = 4;
     cache = plan_cache(config, nullptr, flags);
     memory = allocate_kv_cache(cache.plan, Device::cpu());
-    generator = {.vocab_size = config.vocab_size,
+    engine = {.vocab_size = config.vocab_size,
                  .max_model_len = cache.plan.max_model_len,
                  .eos_token_ids = config.eos_token_ids};
   }
@@ -66,14 +66,14 @@ TEST(EngineServiceTest, ConcurrentSubmittersGetTheirOwnTokens) {
   std::vector<std::vector<int32_t>> expected;
   for (int32_t r = 0; r < 8; ++r) {
     const GenerationResult result = generate(*tiny.model, tiny.cache.plan, tiny.memory,
-                                             tiny.generator, {request(10 + r, 6 + r)})
+                                             tiny.engine, {request(10 + r, 6 + r)})
                                         .front();
     std::vector<int32_t> ids;
     for (const SampledToken& token : result.tokens)
       ids.push_back(token.token_id);
     expected.push_back(ids);
   }
-  EngineService service(*tiny.model, tiny.cache.plan, tiny.memory, tiny.generator);
+  EngineService service(*tiny.model, tiny.cache.plan, tiny.memory, tiny.engine);
   std::vector<std::vector<int32_t>> got(8);
   std::vector<std::thread> clients;
   for (int32_t r = 0; r < 8; ++r) {
@@ -95,7 +95,7 @@ TEST(EngineServiceTest, ConcurrentSubmittersGetTheirOwnTokens) {
 
 TEST(EngineServiceTest, AbortFreesTheRequestsBlocksAndBadRequestsThrow) {
   TinyModel tiny;
-  EngineService service(*tiny.model, tiny.cache.plan, tiny.memory, tiny.generator);
+  EngineService service(*tiny.model, tiny.cache.plan, tiny.memory, tiny.engine);
   auto handle = service.submit(request(5, 200));
   // Wait for the first tokens, then abort.
   while (handle->wait(milliseconds(50)).empty()) {

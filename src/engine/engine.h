@@ -41,7 +41,7 @@ struct GenerationResult {
   FinishReason finish_reason = FinishReason::kNone;
 };
 
-struct GeneratorConfig {
+struct EngineConfig {
   int64_t vocab_size = 0;
   int64_t max_model_len = 0;
   std::vector<int64_t> eos_token_ids;
@@ -72,7 +72,7 @@ struct RequestDelta {
 class Engine {
  public:
   Engine(CausalLm& model, const KvCachePlan& plan, const KvCache& cache,
-         const GeneratorConfig& config);
+         const EngineConfig& config);
 
   // Validates and queues a request (Error names the problem and the limit); returns its id.
   int64_t add_request(GenerationRequest request);
@@ -105,7 +105,7 @@ class Engine {
   const Entry& entry(int64_t id) const;  // Error when there is no request `id`
 
   const KvCachePlan& plan_;
-  GeneratorConfig config_;
+  EngineConfig config_;
   KvCacheManager blocks_;
   Scheduler scheduler_;
   ModelRunner runner_;
@@ -118,7 +118,7 @@ class Engine {
 // Runs a fixed list of requests to completion (validating them all first) and checks that every
 // block is back in the pool.
 std::vector<GenerationResult> generate(CausalLm& model, const KvCachePlan& plan,
-                                       const KvCache& cache, const GeneratorConfig& config,
+                                       const KvCache& cache, const EngineConfig& config,
                                        const std::vector<GenerationRequest>& requests,
                                        GenerationStats* stats = nullptr);
 

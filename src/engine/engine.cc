@@ -1,4 +1,4 @@
-#include "engine/generator.h"
+#include "engine/engine.h"
 
 #include <algorithm>
 #include <cmath>
@@ -8,7 +8,7 @@
 namespace pagoda {
 namespace {
 
-void check_request(const GeneratorConfig& config, const KvCachePlan& plan,
+void check_request(const EngineConfig& config, const KvCachePlan& plan,
                    const GenerationRequest& request) {
   const int64_t prompt = static_cast<int64_t>(request.prompt_token_ids.size());
   if (prompt == 0) fail("empty prompt");
@@ -47,7 +47,7 @@ bool samples_from_logits(const SamplingParams& params, int64_t generated) {
 // The next token of one request from its raw logits row.
 SampledToken next_token(const float* logits, const float* logprobs, int64_t vocab,
                         const GenerationRequest& request, const GenerationResult& result,
-                        const GeneratorConfig& config, SamplerRng& rng) {
+                        const EngineConfig& config, SamplerRng& rng) {
   const SamplingParams& params = request.params;
   std::vector<float> processed(logits, logits + vocab);
   std::vector<int32_t> output;
@@ -82,7 +82,7 @@ std::string_view to_string(FinishReason reason) {
 }
 
 Engine::Engine(CausalLm& model, const KvCachePlan& plan, const KvCache& cache,
-               const GeneratorConfig& config)
+               const EngineConfig& config)
     : plan_(plan),
       config_(config),
       blocks_(plan),
@@ -255,7 +255,7 @@ std::vector<RequestDelta> Engine::step() {
 }
 
 std::vector<GenerationResult> generate(CausalLm& model, const KvCachePlan& plan,
-                                       const KvCache& cache, const GeneratorConfig& config,
+                                       const KvCache& cache, const EngineConfig& config,
                                        const std::vector<GenerationRequest>& requests,
                                        GenerationStats* stats) {
   Engine engine(model, plan, cache, config);
