@@ -53,45 +53,36 @@ void run() {
   ModelRunner runner(no_model, plan, cache);
 
   std::mt19937 rng(1);
-  std::vector<SchedulerRequest> requests(kRequests);
+  std::vector<Request> requests;
+  requests.reserve(kRequests);
   for (int r = 0; r < kRequests; ++r) {
     const int length = std::uniform_int_distribution<int>(100, 4000)(rng);
-    requests[r].id = r;
+    std::vector<int32_t> tokens;
     for (int t = 0; t < length; ++t)
-      requests[r].tokens.push_back(static_cast<int32_t>(rng() % 32000));
-    requests[r].num_computed = 0;
-    scheduler.add(&requests[r]);
+      tokens.push_back(static_cast<int32_t>(rng() % 32000));
+    requests.emplace_back(r, std::move(tokens), SamplingParams{}, 0);
   }
+  for (Request& request : requests)
+    scheduler.add(&request);
   // Prefill everything (chunked by the budget) before timing decode steps.
   while (true) {
     const std::vector<ScheduledChunk> chunks = scheduler.schedule();
     scheduler.complete(chunks);
     bool all_decoding = true;
-    for (const SchedulerRequest& r : requests) {
-      all_decoding = all_decoding && r.num_computed == static_cast<int64_t>(r.tokens.size());
-    }
+    for (const Request& r : requests)
+      all_decoding = all_decoding && r.num_computed == r.num_tokens();
     if (all_decoding) break;
   }
   std::vector<double> micros;
   // Mean time of each phase: schedule, build the batch and metadata, complete the step.
   double schedule_us = 0, prepare_us = 0, complete_us = 0;
   for (int step = 0; step < kSteps; ++step) {
-    for (SchedulerRequest& r : requests)
-      r.tokens.push_back(static_cast<int32_t>(rng() % 32000));
+    for (Request& r : requests)
+      r.token_ids.push_back(static_cast<int32_t>(rng() % 32000));
     const auto start = std::chrono::steady_clock::now();
     const std::vector<ScheduledChunk> chunks = scheduler.schedule();
     const auto t1 = std::chrono::steady_clock::now();
-    std::vector<ScheduledSequence> sequences;
-    sequences.reserve(chunks.size());
-    for (const ScheduledChunk& chunk : chunks) {
-      sequences.push_back({.request_id = chunk.request->id,
-                           .new_token_ids = {chunk.request->tokens.back()},
-                           .num_computed_tokens = chunk.first});
-    }
-    std::vector<const ScheduledSequence*> ordered;
-    for (const ScheduledSequence& s : sequences)
-      ordered.push_back(&s);
-    const ForwardBatch batch = runner.prepare(ordered, blocks);
+    const ForwardBatch batch = runner.prepare(chunks, blocks);
     const auto t2 = std::chrono::steady_clock::now();
     scheduler.complete(chunks);
     const auto end = std::chrono::steady_clock::now();

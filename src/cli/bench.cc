@@ -67,7 +67,8 @@ IterationTimes run_iteration(Engine& engine, const BenchOptions& options, int64_
   while (engine.has_unfinished()) {
     bool decode = engine.num_waiting() == 0;
     for (int64_t id : ids) {
-      if (engine.status(id) != RequestStatus::kFinished && engine.result(id).tokens.empty()) {
+      if (engine.status(id) != RequestStatus::kFinished &&
+          engine.request(id).num_output_tokens() == 0) {
         decode = false;
       }
     }

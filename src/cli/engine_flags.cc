@@ -118,13 +118,13 @@ std::unique_ptr<CausalLm> load_model(const ModelConfig& config, const std::strin
 }
 
 EngineConfig engine_config(const ModelConfig& config, const KvCachePlan& plan,
-                                 const EngineFlags& flags) {
+                           const EngineFlags& flags) {
   EngineConfig engine{.vocab_size = config.vocab_size,
-                            .max_model_len = plan.max_model_len,
-                            .eos_token_ids = config.eos_token_ids,
-                            .seed = flags.seed,
-                            .scheduler = flags.scheduler,
-                            .enforce_eager = flags.enforce_eager};
+                      .max_model_len = plan.max_model_len,
+                      .eos_token_ids = config.eos_token_ids,
+                      .seed = flags.seed,
+                      .scheduler = flags.scheduler,
+                      .enforce_eager = flags.enforce_eager};
   engine.scheduler.enable_prefix_caching = !flags.no_prefix_caching;
   return engine;
 }

@@ -40,24 +40,22 @@ nlohmann::json logprob_list(const std::vector<TokenLogprob>& top) {
   return list;
 }
 
-nlohmann::json result_json(const GenerationResult& result, const GenerationRequest& request,
-                           const Tokenizer* tokenizer) {
+nlohmann::json result_json(const Request& result, const Tokenizer* tokenizer) {
   nlohmann::json out;
-  out["prompt_token_ids"] = result.prompt_token_ids;
-  nlohmann::json ids = nlohmann::json::array();
+  out["prompt_token_ids"] = result.prompt_token_ids();
+  const std::span<const int32_t> ids = result.output_token_ids();
   nlohmann::json logprobs = nlohmann::json::array();
-  for (const SampledToken& token : result.tokens) {
-    ids.push_back(token.token_id);
-    logprobs.push_back({{"token_id", token.token_id},
-                        {"logprob", token.logprob},
-                        {"top_logprobs", logprob_list(token.top)}});
+  for (size_t i = 0; i < ids.size(); ++i) {
+    logprobs.push_back({{"token_id", ids[i]},
+                        {"logprob", result.output_logprobs[i].logprob},
+                        {"top_logprobs", logprob_list(result.output_logprobs[i].top)}});
   }
   out["token_ids"] = ids;
   if (tokenizer != nullptr) {
-    out["text"] = tokenizer->decode(ids.get<std::vector<int32_t>>(), {.skip_special_tokens = true});
+    out["text"] = tokenizer->decode({ids.begin(), ids.end()}, {.skip_special_tokens = true});
   }
   out["logprobs"] = logprobs;
-  if (request.params.prompt_logprobs) {
+  if (result.params.prompt_logprobs) {
     nlohmann::json prompt = nlohmann::json::array();
     for (size_t i = 0; i < result.prompt_logprobs.size(); ++i) {
       const auto& entry = result.prompt_logprobs[i];
@@ -65,7 +63,7 @@ nlohmann::json result_json(const GenerationResult& result, const GenerationReque
         prompt.push_back(nullptr);
         continue;
       }
-      prompt.push_back({{"token_id", result.prompt_token_ids[i]},
+      prompt.push_back({{"token_id", result.token_ids[i]},
                         {"logprob", entry->logprob},
                         {"top_logprobs", logprob_list(entry->top)}});
     }
@@ -143,18 +141,17 @@ void run_generate(const GenerateOptions& options) {
   const KvCache cache = allocate_kv_cache(setup.plan, engine_device(options.engine));
   const EngineConfig engine = engine_config(config, setup.plan, options.engine);
   GenerationStats stats;
-  const std::vector<GenerationResult> results =
+  const std::vector<Request> results =
       generate(*model, setup.plan, cache, engine, requests, &stats);
   const auto finished = std::chrono::steady_clock::now();
 
   for (size_t r = 0; r < results.size(); ++r) {
     if (options.json) {
-      fmt::print("{}\n", result_json(results[r], requests[r], tokenizer.get()).dump());
+      fmt::print("{}\n", result_json(results[r], tokenizer.get()).dump());
       continue;
     }
-    std::vector<int32_t> ids;
-    for (const SampledToken& token : results[r].tokens)
-      ids.push_back(token.token_id);
+    const std::span<const int32_t> output = results[r].output_token_ids();
+    const std::vector<int32_t> ids(output.begin(), output.end());
     if (tokenizer) {
       fmt::print("{}\n", tokenizer->decode(ids, {.skip_special_tokens = true}));
     } else {

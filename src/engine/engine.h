@@ -6,11 +6,11 @@
 #include <cstdint>
 #include <map>
 #include <optional>
-#include <string>
-#include <string_view>
+#include <span>
 #include <vector>
 
 #include "engine/model_runner.h"
+#include "engine/request.h"
 #include "engine/sampler.h"
 #include "engine/scheduler.h"
 
@@ -19,26 +19,6 @@ namespace pagoda {
 struct GenerationRequest {
   std::vector<int32_t> prompt_token_ids;
   SamplingParams params;
-};
-
-// Why a request ended: kNone while it runs.
-enum class FinishReason { kNone, kStop, kLength, kAbort };
-// "stop", "length", "abort" (as OpenAI's API names them), or "" for kNone.
-std::string_view to_string(FinishReason reason);
-
-struct PromptLogprob {
-  float logprob = 0.0f;  // of the prompt token itself
-  std::vector<TokenLogprob> top;
-};
-
-struct GenerationResult {
-  std::vector<int32_t> prompt_token_ids;
-  // Generated tokens; logprob and top are of the model's raw distribution (before penalties,
-  // temperature and filters), as vLLM reports them.
-  std::vector<SampledToken> tokens;
-  // One per prompt token; the first is empty (nothing predicts it).
-  std::vector<std::optional<PromptLogprob>> prompt_logprobs;
-  FinishReason finish_reason = FinishReason::kNone;
 };
 
 struct EngineConfig {
@@ -81,13 +61,12 @@ class Engine {
   // Ends a request wherever it is and frees its blocks; its last delta says "abort".
   void abort(int64_t id);
   bool has_unfinished() const { return scheduler_.has_requests() || !aborted_.empty(); }
-  // Runs one step of continuous batching.
+  // Runs one step of continuous batching: schedule, run the model, sample, append the tokens.
   std::vector<RequestDelta> step();
-  // Everything a request has produced so far.
-  const GenerationResult& result(int64_t id) const;
-  RequestStatus status(int64_t id) const;
-  // Forgets a finished request (its result included), so a long-running engine does not keep
-  // every request it has seen.
+  // A request's state and everything it has produced so far. Error when there is no request `id`.
+  const Request& request(int64_t id) const;
+  RequestStatus status(int64_t id) const { return request(id).status; }
+  // Forgets a finished request, so a long-running engine does not keep every request it has seen.
   void release(int64_t id);
   GenerationStats stats() const;
   int64_t num_free_blocks() const { return blocks_.num_free_blocks(); }
@@ -95,31 +74,32 @@ class Engine {
   int64_t num_waiting() const { return scheduler_.num_waiting(); }
 
  private:
-  struct Entry {
-    GenerationRequest request;
-    GenerationResult result;
-    SchedulerRequest state;
-    SamplerRng rng{0};
-  };
-
-  const Entry& entry(int64_t id) const;  // Error when there is no request `id`
+  // Deltas of the requests aborted since the last step.
+  std::vector<RequestDelta> take_aborted();
+  // Appends each chunk's sampled token to its request and ends the requests that are done.
+  void append_tokens(std::span<const ScheduledChunk> chunks,
+                     std::span<const std::optional<SampledToken>> tokens,
+                     std::vector<RequestDelta>& deltas);
+  // Why `request` ends after taking `token`, or kNone.
+  FinishReason finish_reason(const Request& request, int32_t token) const;
 
   const KvCachePlan& plan_;
   EngineConfig config_;
   KvCacheManager blocks_;
   Scheduler scheduler_;
   ModelRunner runner_;
-  std::map<int64_t, Entry> entries_;  // nodes stay put: the scheduler keeps pointers to state
-  std::vector<int64_t> aborted_;      // aborted since the last step
+  Sampler sampler_;
+  std::map<int64_t, Request> requests_;  // nodes stay put: other rooms keep pointers to them
+  std::vector<int64_t> aborted_;         // aborted since the last step
   int64_t next_id_ = 0;
   GenerationStats counters_;
 };
 
-// Runs a fixed list of requests to completion (validating them all first) and checks that every
-// block is back in the pool.
-std::vector<GenerationResult> generate(CausalLm& model, const KvCachePlan& plan,
-                                       const KvCache& cache, const EngineConfig& config,
-                                       const std::vector<GenerationRequest>& requests,
-                                       GenerationStats* stats = nullptr);
+// Runs a fixed list of requests to completion (validating them all first), checks that every
+// block is back in the pool, and returns the finished requests in order.
+std::vector<Request> generate(CausalLm& model, const KvCachePlan& plan, const KvCache& cache,
+                              const EngineConfig& config,
+                              const std::vector<GenerationRequest>& requests,
+                              GenerationStats* stats = nullptr);
 
 }  // namespace pagoda

@@ -8,7 +8,6 @@
 #include "core/error.h"
 #if PAGODA_HAVE_CUDA
 #include "core/cuda/graph.h"
-#include "ops/cuda/ops.h"
 #endif
 
 namespace pagoda {
@@ -17,6 +16,11 @@ namespace {
 
 // Batch sizes decode graphs are captured at: 1, 2, 4, 8, then multiples of 8 up to 256.
 constexpr int64_t kMaxGraphBatch = 256;
+
+// One token after a non-empty cache.
+bool is_decode(const ScheduledChunk& chunk) {
+  return chunk.num_tokens == 1 && chunk.first > 0;
+}
 
 #if PAGODA_HAVE_CUDA
 int64_t graph_batch_size(int64_t batch) {
@@ -53,21 +57,21 @@ ModelRunner::ModelRunner(CausalLm& model, const KvCachePlan& plan, const KvCache
   }
 }
 
-ForwardBatch ModelRunner::prepare(const std::vector<const ScheduledSequence*>& ordered,
+ForwardBatch ModelRunner::prepare(std::span<const ScheduledChunk> ordered,
                                   const KvCacheManager& blocks, int64_t padding_tokens) const {
   ForwardBatch batch;
   batch.kv_cache = &layer_views_;
   batch.layer_groups = &layer_groups_;
   int64_t num_tokens = 0;
-  for (const ScheduledSequence* seq : ordered)
-    num_tokens += static_cast<int64_t>(seq->new_token_ids.size());
+  for (const ScheduledChunk& chunk : ordered)
+    num_tokens += chunk.num_tokens;
   batch.token_ids.reserve(num_tokens + padding_tokens);
   batch.positions.reserve(num_tokens + padding_tokens);
-  for (const ScheduledSequence* seq : ordered) {
-    batch.token_ids.insert(batch.token_ids.end(), seq->new_token_ids.begin(),
-                           seq->new_token_ids.end());
-    for (size_t i = 0; i < seq->new_token_ids.size(); ++i)
-      batch.positions.push_back(seq->num_computed_tokens + static_cast<int64_t>(i));
+  for (const ScheduledChunk& chunk : ordered) {
+    const auto first = chunk.request->token_ids.begin() + chunk.first;
+    batch.token_ids.insert(batch.token_ids.end(), first, first + chunk.num_tokens);
+    for (int64_t i = 0; i < chunk.num_tokens; ++i)
+      batch.positions.push_back(chunk.first + i);
   }
   batch.token_ids.resize(num_tokens + padding_tokens, 0);
   batch.positions.resize(num_tokens + padding_tokens, 0);
@@ -82,18 +86,18 @@ ForwardBatch ModelRunner::prepare(const std::vector<const ScheduledSequence*>& o
     meta.block_table_rows.reserve(ordered.size());
     meta.slot_mapping.reserve(num_tokens);
     meta.query_start.push_back(0);
-    for (const ScheduledSequence* seq : ordered) {
-      const std::span<const int32_t> table = blocks.block_ids(seq->request_id, g);
-      const int64_t new_tokens = static_cast<int64_t>(seq->new_token_ids.size());
-      const int64_t total = seq->num_computed_tokens + new_tokens;
+    for (const ScheduledChunk& chunk : ordered) {
+      const int64_t id = chunk.request->id;
+      const std::span<const int32_t> table = blocks.block_ids(id, g);
+      const int64_t total = chunk.first + chunk.num_tokens;
       PAGODA_CHECK(static_cast<int64_t>(table.size()) * block_size >= total,
-                   "request {} has {} blocks of {} for {} tokens", seq->request_id, table.size(),
-                   block_size, total);
-      if (new_tokens == 1 && seq->num_computed_tokens > 0) meta.num_decode_tokens += 1;
-      meta.query_start.push_back(meta.query_start.back() + new_tokens);
+                   "request {} has {} blocks of {} for {} tokens", id, table.size(), block_size,
+                   total);
+      if (is_decode(chunk)) meta.num_decode_tokens += 1;
+      meta.query_start.push_back(meta.query_start.back() + chunk.num_tokens);
       meta.seq_lens.push_back(total);
-      meta.block_table_rows.push_back(blocks.table_row(seq->request_id));
-      for (int64_t p = seq->num_computed_tokens; p < total; ++p) {
+      meta.block_table_rows.push_back(blocks.table_row(id));
+      for (int64_t p = chunk.first; p < total; ++p) {
         meta.slot_mapping.push_back(int64_t{table[p / block_size]} * block_size + p % block_size);
       }
     }
@@ -102,70 +106,43 @@ ForwardBatch ModelRunner::prepare(const std::vector<const ScheduledSequence*>& o
   return batch;
 }
 
-RunnerOutput ModelRunner::execute(const std::vector<ScheduledSequence>& batch,
-                                  const KvCacheManager& blocks, const StepOptions& options) {
+RunnerOutput ModelRunner::execute(std::span<const ScheduledChunk> chunks,
+                                  std::span<const int64_t> logits_rows,
+                                  const KvCacheManager& blocks) {
+  PAGODA_CHECK(logits_rows.size() == chunks.size(), "{} logits row counts for {} chunks",
+               logits_rows.size(), chunks.size());
   // Decodes first, each side in the caller's order.
-  std::vector<size_t> order(batch.size());
-  for (size_t i = 0; i < batch.size(); ++i)
-    order[i] = i;
-  auto is_decode = [&](size_t i) {
-    return batch[i].new_token_ids.size() == 1 && batch[i].num_computed_tokens > 0;
-  };
-  std::stable_partition(order.begin(), order.end(), is_decode);
-  std::vector<const ScheduledSequence*> ordered;
+  std::vector<size_t> order(chunks.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_partition(order.begin(), order.end(), [&](size_t i) { return is_decode(chunks[i]); });
+  std::vector<ScheduledChunk> ordered;
+  ordered.reserve(chunks.size());
   for (size_t i : order)
-    ordered.push_back(&batch[i]);
+    ordered.push_back(chunks[i]);
 
   // Rows of hidden states whose logits are wanted, in execution order.
   RunnerOutput output;
-  output.first_row.assign(batch.size(), 0);
-  output.num_rows.assign(batch.size(), 0);
+  output.first_row.assign(chunks.size(), 0);
   std::vector<int64_t> rows;
   int64_t token = 0;
   for (size_t i : order) {
-    const int64_t count = static_cast<int64_t>(batch[i].new_token_ids.size());
+    const int64_t count = chunks[i].num_tokens;
+    PAGODA_CHECK(logits_rows[i] >= 1 && logits_rows[i] <= count,
+                 "{} logits rows of a {}-token chunk", logits_rows[i], count);
     output.first_row[i] = static_cast<int64_t>(rows.size());
-    const int64_t first = batch[i].all_logits ? token : token + count - 1;
-    for (int64_t t = first; t < token + count; ++t)
+    for (int64_t t = token + count - logits_rows[i]; t < token + count; ++t)
       rows.push_back(t);
-    output.num_rows[i] = static_cast<int64_t>(rows.size()) - output.first_row[i];
     token += count;
   }
-  const bool decode_only = std::all_of(order.begin(), order.end(), is_decode);
+  const bool decode_only = std::all_of(chunks.begin(), chunks.end(), is_decode);
   const int64_t count = static_cast<int64_t>(rows.size());
-  Tensor logits;
   if (device_inputs_ && !enforce_eager_ && !model_.synchronizes_with_host() && decode_only &&
       count <= kMaxGraphBatch && count == token) {
-    logits = run_decode_graph(ordered, blocks);
+    output.logits = run_decode_graph(ordered, blocks);
   } else {
     ForwardBatch inputs = prepare(ordered, blocks);
     if (device_inputs_) device_inputs_->upload(inputs);
-    logits = logits_of(model_.forward(inputs), rows);
-  }
-  if (logits.device().is_cpu()) {
-    output.logits = logits;
-  } else if (!options.device_sampling.empty()) {
-#if PAGODA_HAVE_CUDA
-    PAGODA_CHECK(options.device_sampling.size() == batch.size(),
-                 "device sampling has {} rows for {} sequences", options.device_sampling.size(),
-                 batch.size());
-    std::vector<SamplingRow> row_params(count);
-    for (size_t i = 0; i < batch.size(); ++i) {
-      PAGODA_CHECK(output.num_rows[i] == 1, "device sampling takes one logits row per sequence");
-      row_params[output.first_row[i]] = options.device_sampling[i];
-    }
-    // Ids and log-probabilities side by side, so one copy brings both back.
-    const Tensor sampled = Tensor::uninitialized({2, count}, DType::kI32, logits.device());
-    cuda::sample(logits, row_params, sampled.select(0, 0),
-                 sampled.select(0, 1).reinterpret(DType::kF32));
-    const Tensor host = sampled.to(Device::cpu());
-    const auto* ids = host.select(0, 0).data<int32_t>();
-    const auto* logprobs = host.select(0, 1).reinterpret(DType::kF32).data<float>();
-    output.sampled_ids.assign(ids, ids + count);
-    output.sampled_logprobs.assign(logprobs, logprobs + count);
-#endif
-  } else {
-    output.logits = logits.to(Device::cpu());
+    output.logits = logits_of(model_.forward(inputs), rows);
   }
   return output;
 }
@@ -185,7 +162,7 @@ Tensor ModelRunner::logits_of(const Tensor& hidden, const std::vector<int64_t>& 
 // The first step at a padded size runs eagerly (sizing every cached buffer), records a graph and
 // replays it; later steps at that size only upload their inputs and replay it. Padding rows are
 // sequences of one token over the null block, written nowhere; their logits are dropped.
-Tensor ModelRunner::run_decode_graph(const std::vector<const ScheduledSequence*>& ordered,
+Tensor ModelRunner::run_decode_graph(std::span<const ScheduledChunk> ordered,
                                      const KvCacheManager& blocks) {
 #if PAGODA_HAVE_CUDA
   const int64_t batch = static_cast<int64_t>(ordered.size());

@@ -5,9 +5,126 @@
 #include <numeric>
 #include <unordered_map>
 
+#include "core/error.h"
 #include "ops/cpu/ops.h"
+#include "ops/ops.h"
 
 namespace pagoda {
+namespace {
+
+// Whether a request's next token depends on its logits alone: no penalties, alternatives or
+// prompt log-probabilities, and no minimum length still ruling out EOS.
+bool samples_from_logits(const Request& request) {
+  const SamplingParams& params = request.params;
+  return params.presence_penalty == 0.0 && params.frequency_penalty == 0.0 &&
+         params.repetition_penalty == 1.0 && params.logprobs == 0 &&
+         request.num_output_tokens() >= params.min_tokens && !params.prompt_logprobs.has_value();
+}
+
+}  // namespace
+
+Sampler::Sampler(SamplerConfig config) : config_(std::move(config)) {}
+
+void Sampler::prepare(std::span<const ScheduledChunk> chunks, bool logits_on_device) {
+  chunks_.assign(chunks.begin(), chunks.end());
+  logits_rows_.clear();
+  samples_.clear();
+  on_device_ = logits_on_device;
+  for (const ScheduledChunk& chunk : chunks) {
+    const Request& request = *chunk.request;
+    // Rows of a chunk inside the prompt predict prompt tokens, when their log-probabilities are
+    // wanted.
+    const bool prompt_rows =
+        request.params.prompt_logprobs.has_value() && chunk.first + 1 < request.num_prompt_tokens;
+    logits_rows_.push_back(prompt_rows ? chunk.num_tokens : 1);
+    samples_.push_back(chunk.first + chunk.num_tokens >= request.num_tokens());
+    on_device_ = on_device_ && !prompt_rows && samples_from_logits(request);
+  }
+  device_rows_.clear();
+  for (size_t i = 0; i < chunks.size() && on_device_; ++i) {
+    const SamplingParams& params = chunks[i].request->params;
+    SamplingRow& row = device_rows_.emplace_back();
+    if (samples_[i] && !params.greedy()) {
+      row = {.temperature = params.temperature,
+             .top_p = params.top_p,
+             .min_p = params.min_p,
+             .uniform = chunks[i].request->rng.uniform(),
+             .top_k = std::max<int64_t>(params.top_k, 0)};
+    }
+  }
+}
+
+std::span<const std::optional<SampledToken>> Sampler::sample(const Tensor& logits,
+                                                             std::span<const int64_t> first_rows) {
+  PAGODA_CHECK(first_rows.size() == chunks_.size(), "{} first rows for {} chunks",
+               first_rows.size(), chunks_.size());
+  tokens_.assign(chunks_.size(), std::nullopt);
+  if (on_device_) {
+    const int64_t count = logits.size(0);
+    std::vector<SamplingRow> rows(count);
+    for (size_t i = 0; i < chunks_.size(); ++i)
+      rows[first_rows[i]] = device_rows_[i];
+    // Ids and log-probabilities side by side, so one copy brings both back.
+    const Tensor sampled = Tensor::uninitialized({2, count}, DType::kI32, logits.device());
+    ops::sample(logits, rows, sampled.select(0, 0), sampled.select(0, 1).reinterpret(DType::kF32));
+    const Tensor host = sampled.to(Device::cpu());
+    const auto* ids = host.select(0, 0).data<int32_t>();
+    const auto* logprobs = host.select(0, 1).reinterpret(DType::kF32).data<float>();
+    for (size_t i = 0; i < chunks_.size(); ++i) {
+      if (samples_[i]) tokens_[i] = SampledToken{ids[first_rows[i]], logprobs[first_rows[i]], {}};
+    }
+    return tokens_;
+  }
+  const Tensor host_logits = logits.device().is_cpu() ? logits : logits.to(Device::cpu());
+  const Tensor logprobs = compute_logprobs(host_logits);
+  const int64_t vocab = logprobs.size(1);
+  for (size_t i = 0; i < chunks_.size(); ++i) {
+    Request& request = *chunks_[i].request;
+    const int64_t rows = logits_rows_[i];
+    if (request.params.prompt_logprobs) {
+      record_prompt_logprobs(request, chunks_[i].first + chunks_[i].num_tokens - rows,
+                             logprobs.data<float>() + first_rows[i] * vocab, rows, vocab);
+    }
+    if (!samples_[i]) continue;
+    const int64_t last = (first_rows[i] + rows - 1) * vocab;
+    tokens_[i] = sample_on_host(request, host_logits.data<float>() + last,
+                                logprobs.data<float>() + last, vocab);
+  }
+  return tokens_;
+}
+
+// Row j, at position first_position + j, predicts token first_position + j + 1.
+void Sampler::record_prompt_logprobs(Request& request, int64_t first_position,
+                                     const float* logprobs, int64_t rows, int64_t vocab) {
+  for (int64_t j = 0; j < rows; ++j) {
+    const int64_t predicted = first_position + j + 1;
+    if (predicted >= request.num_prompt_tokens ||
+        static_cast<int64_t>(request.prompt_logprobs.size()) != predicted) {
+      continue;  // past the prompt, or recorded before a preemption
+    }
+    const float* row = logprobs + j * vocab;
+    request.prompt_logprobs.push_back(
+        Logprobs{row[request.token_ids[predicted]],
+                 top_logprobs(row, vocab, *request.params.prompt_logprobs)});
+  }
+}
+
+SampledToken Sampler::sample_on_host(Request& request, const float* logits, const float* logprobs,
+                                     int64_t vocab) {
+  const SamplingParams& params = request.params;
+  processed_.assign(logits, logits + vocab);
+  apply_penalties(processed_.data(), vocab, request.prompt_token_ids(), request.output_token_ids(),
+                  params);
+  if (request.num_output_tokens() < params.min_tokens) {
+    for (int64_t id : config_.eos_token_ids) {
+      if (id >= 0 && id < vocab) processed_[id] = -INFINITY;
+    }
+    for (int32_t id : params.stop_token_ids)
+      processed_[id] = -INFINITY;
+  }
+  const int32_t token = sample_token(processed_.data(), vocab, params, request.rng);
+  return {token, logprobs[token], top_logprobs(logprobs, vocab, params.logprobs)};
+}
 
 Tensor compute_logprobs(const Tensor& logits) {
   Tensor out = Tensor::empty(logits.shape(), DType::kF32);
@@ -45,16 +162,8 @@ std::vector<SampledToken> sample_greedy(const Tensor& logprobs, int64_t num_top)
   return out;
 }
 
-double SamplerRng::uniform() {
-  uint64_t z = (state_ += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  z ^= z >> 31;
-  return static_cast<double>(z >> 11) * 0x1p-53;
-}
-
-void apply_penalties(float* logits, int64_t vocab, const std::vector<int32_t>& prompt,
-                     const std::vector<int32_t>& output, const SamplingParams& params) {
+void apply_penalties(float* logits, int64_t vocab, std::span<const int32_t> prompt,
+                     std::span<const int32_t> output, const SamplingParams& params) {
   if (params.repetition_penalty != 1.0) {
     std::vector<bool> seen(vocab, false);
     for (int32_t id : prompt)

@@ -1,24 +1,62 @@
-// Turns logits into tokens and log-probabilities: greedy, or penalties, temperature, min-p, top-k
-// and top-p followed by a seeded draw.
+// Turns a step's logits into tokens and log-probabilities: greedy, or penalties, min-tokens
+// masking, temperature, min-p, top-k and top-p followed by a seeded draw. The Sampler decides per
+// step whether the tokens are drawn where the logits are (a GPU) or on the host.
 #pragma once
 
 #include <cstdint>
+#include <optional>
+#include <span>
 #include <vector>
 
 #include "core/tensor.h"
+#include "engine/request.h"
 #include "engine/sampling_params.h"
+#include "engine/scheduler.h"
+#include "ops/sampling_row.h"
 
 namespace pagoda {
 
-struct TokenLogprob {
-  int32_t token_id = 0;
-  float logprob = 0.0f;
+struct SamplerConfig {
+  std::vector<int64_t> eos_token_ids;  // ruled out with the stop tokens before min_tokens
 };
 
-struct SampledToken {
-  int32_t token_id = 0;
-  float logprob = 0.0f;
-  std::vector<TokenLogprob> top;  // the k most likely tokens, most likely first
+// Per step: prepare(chunks) says which rows of logits each scheduled chunk needs and where its
+// tokens will be drawn; sample(logits, first_rows) draws them. A chunk may take any number of
+// trailing rows (every prompt row for prompt log-probabilities; one row to sample a token).
+class Sampler {
+ public:
+  explicit Sampler(SamplerConfig config);
+
+  // Plans the step. The tokens are drawn where the logits are when `logits_on_device` and every
+  // row that samples depends on its logits alone (no penalties, alternatives, prompt
+  // log-probabilities or pending min_tokens); those rows' random draws are taken now, in chunk
+  // order, as the host path would take them.
+  void prepare(std::span<const ScheduledChunk> chunks, bool logits_on_device);
+  // Per chunk of the last prepare(): how many of its last tokens' logits rows it needs.
+  std::span<const int64_t> logits_rows() const { return logits_rows_; }
+  // Samples logits [rows, vocab] f32 (on a GPU or the host), where chunk i's rows start at
+  // first_rows[i]. Records prompt log-probabilities in their requests. Returns, per chunk, the
+  // token it sampled: none for a chunk that ends inside its request's known tokens.
+  std::span<const std::optional<SampledToken>> sample(const Tensor& logits,
+                                                      std::span<const int64_t> first_rows);
+
+ private:
+  // The request's next token from its last row of raw logits and log-probabilities.
+  SampledToken sample_on_host(Request& request, const float* logits, const float* logprobs,
+                              int64_t vocab);
+  // Log-probabilities of the prompt tokens that `rows` rows, from position first_position on,
+  // predict.
+  void record_prompt_logprobs(Request& request, int64_t first_position, const float* logprobs,
+                              int64_t rows, int64_t vocab);
+
+  SamplerConfig config_;
+  std::vector<ScheduledChunk> chunks_;  // of the step being sampled
+  std::vector<int64_t> logits_rows_;
+  std::vector<bool> samples_;  // per chunk: whether its last row draws a token
+  bool on_device_ = false;
+  std::vector<SamplingRow> device_rows_;  // per chunk, with on_device_
+  std::vector<std::optional<SampledToken>> tokens_;
+  std::vector<float> processed_;  // scratch: one row of penalised logits
 };
 
 // Log-softmax of logits [rows, vocab] (a new tensor).
@@ -31,21 +69,10 @@ std::vector<TokenLogprob> top_logprobs(const float* row, int64_t vocab, int64_t 
 // `num_top` alternatives.
 std::vector<SampledToken> sample_greedy(const Tensor& logprobs, int64_t num_top);
 
-// A request's random stream. Seeded requests start from their seed, so their draws do not depend
-// on what else is in the batch.
-class SamplerRng {
- public:
-  explicit SamplerRng(uint64_t seed) : state_(seed) {}
-  double uniform();  // in [0, 1)
-
- private:
-  uint64_t state_;
-};
-
 // Repetition (tokens of the prompt or the output), frequency and presence (tokens of the output)
 // penalties on one row of logits, in place.
-void apply_penalties(float* logits, int64_t vocab, const std::vector<int32_t>& prompt,
-                     const std::vector<int32_t>& output, const SamplingParams& params);
+void apply_penalties(float* logits, int64_t vocab, std::span<const int32_t> prompt,
+                     std::span<const int32_t> output, const SamplingParams& params);
 
 // One token from a row of (penalised) logits: the argmax when greedy; else softmax of
 // logits / temperature, min-p, top-k and top-p filtering, and a draw from what remains.

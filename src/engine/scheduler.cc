@@ -15,12 +15,12 @@ Scheduler::Scheduler(const SchedulerConfig& config, KvCacheManager& blocks)
   }
 }
 
-void Scheduler::add(SchedulerRequest* request) {
+void Scheduler::add(Request* request) {
   request->status = RequestStatus::kWaiting;
   waiting_.push_back(request);
 }
 
-void Scheduler::remove(SchedulerRequest* request) {
+void Scheduler::remove(Request* request) {
   if (request->status == RequestStatus::kRunning) {
     running_.erase(std::find(running_.begin(), running_.end(), request));
   } else if (request->status != RequestStatus::kFinished) {
@@ -30,7 +30,7 @@ void Scheduler::remove(SchedulerRequest* request) {
   request->status = RequestStatus::kFinished;
 }
 
-void Scheduler::preempt(SchedulerRequest* request) {
+void Scheduler::preempt(Request* request) {
   blocks_.free(request->id);
   request->num_computed = 0;
   request->status = RequestStatus::kPreempted;
@@ -44,12 +44,11 @@ std::vector<ScheduledChunk> Scheduler::schedule() {
   bool preempted = false;
   // Running requests, oldest first; the newest are preempted when blocks run out.
   for (size_t i = 0; i < running_.size() && budget > 0;) {
-    SchedulerRequest* request = running_[i];
-    const int64_t count = std::min<int64_t>(
-        static_cast<int64_t>(request->tokens.size()) - request->num_computed, budget);
+    Request* request = running_[i];
+    const int64_t count = std::min<int64_t>(request->num_tokens() - request->num_computed, budget);
     bool scheduled = true;
     while (!blocks_.can_allocate(request->id, request->num_computed + count)) {
-      SchedulerRequest* victim = running_.back();
+      Request* victim = running_.back();
       running_.pop_back();
       preempt(victim);
       preempted = true;
@@ -68,17 +67,15 @@ std::vector<ScheduledChunk> Scheduler::schedule() {
   // checked before anything is taken for it, so one that does not fit leaves no trace.
   while (!preempted && !waiting_.empty() && budget > 0 &&
          static_cast<int64_t>(running_.size()) < config_.max_num_seqs) {
-    SchedulerRequest* request = waiting_.front();
+    Request* request = waiting_.front();
     const bool lookup =
-        config_.enable_prefix_caching && request->cacheable && request->num_computed == 0;
-    const PrefixHit hit =
-        lookup ? blocks_.find_cached_prefix(request->tokens, request->extra_keys) : PrefixHit{};
+        config_.enable_prefix_caching && request->cacheable() && request->num_computed == 0;
+    const PrefixHit hit = lookup ? blocks_.find_cached_prefix(request->token_ids, {}) : PrefixHit{};
     const int64_t first = request->num_computed + hit.num_tokens;
-    const int64_t count =
-        std::min<int64_t>(static_cast<int64_t>(request->tokens.size()) - first, budget);
+    const int64_t count = std::min<int64_t>(request->num_tokens() - first, budget);
     if (!blocks_.can_allocate(hit, first + count)) break;
     if (lookup) {
-      query_tokens_ += static_cast<int64_t>(request->tokens.size());
+      query_tokens_ += request->num_tokens();
       hit_tokens_ += hit.num_tokens;
     }
     if (hit.num_tokens > 0) blocks_.adopt_prefix(request->id, hit);
@@ -95,11 +92,10 @@ std::vector<ScheduledChunk> Scheduler::schedule() {
 
 void Scheduler::complete(const std::vector<ScheduledChunk>& chunks) {
   for (const ScheduledChunk& chunk : chunks) {
-    SchedulerRequest& request = *chunk.request;
+    Request& request = *chunk.request;
     request.num_computed = chunk.first + chunk.num_tokens;
     if (config_.enable_prefix_caching) {
-      blocks_.cache_full_blocks(request.id, request.tokens, request.num_computed,
-                                request.extra_keys);
+      blocks_.cache_full_blocks(request.id, request.token_ids, request.num_computed, {});
     }
     blocks_.free_outside_window(request.id, request.num_computed);
   }

@@ -8,6 +8,7 @@
 #include <deque>
 #include <vector>
 
+#include "engine/request.h"
 #include "kv/kv_cache_manager.h"
 
 namespace pagoda {
@@ -18,22 +19,9 @@ struct SchedulerConfig {
   bool enable_prefix_caching = true;
 };
 
-// Where a request is. The scheduler moves it between waiting, running and preempted (waiting
-// again after its blocks were taken); its owner marks it finished.
-enum class RequestStatus { kWaiting, kRunning, kPreempted, kFinished };
-
-// What the scheduler knows of a request. Owned by the caller; the scheduler keeps pointers.
-struct SchedulerRequest {
-  int64_t id = 0;
-  RequestStatus status = RequestStatus::kWaiting;
-  std::vector<int32_t> tokens;  // the prompt, then every token generated so far
-  int64_t num_computed = 0;     // tokens whose K/V are in the cache
-  bool cacheable = true;        // false: never start from a prefix hit (prompt logprobs wanted)
-  std::vector<uint64_t> extra_keys;  // prefix-cache salt
-};
-
+// One request's share of a step: tokens [first, first + num_tokens) of its token_ids.
 struct ScheduledChunk {
-  SchedulerRequest* request = nullptr;
+  Request* request = nullptr;
   int64_t first = 0;  // the first token computed this step (== num_computed before it)
   int64_t num_tokens = 0;
 };
@@ -42,9 +30,9 @@ class Scheduler {
  public:
   Scheduler(const SchedulerConfig& config, KvCacheManager& blocks);
 
-  void add(SchedulerRequest* request);
+  void add(Request* request);
   // Drops a request wherever it is, frees its blocks and marks it finished.
-  void remove(SchedulerRequest* request);
+  void remove(Request* request);
   // This step's work; blocks for it are reserved. Empty only when nothing can run.
   std::vector<ScheduledChunk> schedule();
   // After the forward pass: advances the chunks' requests, records their full blocks in the
@@ -60,12 +48,12 @@ class Scheduler {
   int64_t prefix_hit_tokens() const { return hit_tokens_; }
 
  private:
-  void preempt(SchedulerRequest* request);
+  void preempt(Request* request);
 
   SchedulerConfig config_;
   KvCacheManager& blocks_;
-  std::deque<SchedulerRequest*> waiting_;
-  std::vector<SchedulerRequest*> running_;
+  std::deque<Request*> waiting_;
+  std::vector<Request*> running_;
   int64_t preemptions_ = 0;
   int64_t query_tokens_ = 0;
   int64_t hit_tokens_ = 0;

@@ -151,6 +151,13 @@ void norm_rope(const RmsNormParams& norm, const std::vector<float>& inverse_freq
       PAGODA_GPU(cuda::norm_rope(norm, device_frequencies, rotary_dim, device_positions, x)));
 }
 
+void sample(const Tensor& logits, std::span<const SamplingRow> rows, const Tensor& ids,
+            const Tensor& logprobs) {
+  PAGODA_CHECK(!logits.device().is_cpu(), "host logits are sampled by the engine's Sampler");
+  dispatch(
+      logits, [] {}, PAGODA_GPU(cuda::sample(logits, rows, ids, logprobs)));
+}
+
 #undef PAGODA_GPU
 
 }  // namespace pagoda::ops

@@ -4,11 +4,13 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "core/tensor.h"
 #include "ops/activation.h"
 #include "ops/norm_params.h"
+#include "ops/sampling_row.h"
 
 namespace pagoda::ops {
 
@@ -54,5 +56,11 @@ void norm_rope(const RmsNormParams& norm, const std::vector<float>& inverse_freq
                const Tensor& device_frequencies, int64_t rotary_dim,
                const std::vector<int64_t>& positions, const Tensor& device_positions,
                const Tensor& x);
+
+// On a GPU: ids[r] and logprobs[r], the token row r of logits [rows, vocab] f32 gives with
+// rows[r]'s parameters and draw, and its raw log-probability ([rows] int32 and f32, on the
+// device). Host logits are sampled by the engine's Sampler (engine/sampler.h), not here.
+void sample(const Tensor& logits, std::span<const SamplingRow> rows, const Tensor& ids,
+            const Tensor& logprobs);
 
 }  // namespace pagoda::ops

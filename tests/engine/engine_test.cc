@@ -48,7 +48,7 @@ TEST(EngineTest, ContinuousBatchingChangesNoToken) {
     SCOPED_TRACE(c.label);
     replan(*fixture, c.num_blocks, 64);
     GenerationStats stats;
-    const std::vector<GenerationResult> results = run(*fixture, requests, c.scheduler, &stats);
+    const std::vector<Request> results = run(*fixture, requests, c.scheduler, &stats);
     for (size_t r = 0; r < requests.size(); ++r) {
       EXPECT_EQ(token_ids(results[r]), expected[r]) << "request " << r;
     }
@@ -98,9 +98,9 @@ TEST(EngineTest, SeededSamplingIgnoresBatching) {
     if (r % 5 == 0) params.stop_token_ids = {static_cast<int32_t>(3 + rng() % 250)};
     requests.push_back(request);
   }
-  auto tokens_of = [](const std::vector<GenerationResult>& results) {
+  auto tokens_of = [](const std::vector<Request>& results) {
     std::vector<std::vector<int32_t>> tokens;
-    for (const GenerationResult& result : results)
+    for (const Request& result : results)
       tokens.push_back(token_ids(result));
     return tokens;
   };
@@ -164,15 +164,15 @@ TEST(EngineTest, AddAndAbortBetweenSteps) {
     }
   }
   EXPECT_TRUE(saw_abort);
-  EXPECT_EQ(engine.result(doomed).finish_reason, FinishReason::kAbort);
+  EXPECT_EQ(engine.request(doomed).finish_reason, FinishReason::kAbort);
   EXPECT_EQ(engine.status(doomed), RequestStatus::kFinished);
   EXPECT_EQ(streamed, prompts[3]["greedy_token_ids"].get<std::vector<int32_t>>());
-  EXPECT_EQ(token_ids(engine.result(late)),
+  EXPECT_EQ(token_ids(engine.request(late)),
             prompts[1]["greedy_token_ids"].get<std::vector<int32_t>>());
   EXPECT_EQ(engine.num_free_blocks(), fixture->cache.plan.num_blocks - kNullBlocks);
   EXPECT_THROW(engine.abort(99), Error);
   engine.release(first);
-  EXPECT_THROW(engine.result(first), Error);
+  EXPECT_THROW(engine.request(first), Error);
 }
 
 // A pool the plan (and so `inspect`) says holds N sequences of max_model_len runs N of them at
@@ -200,11 +200,11 @@ TEST(EngineTest, APoolForNSequencesRunsN) {
              .params = {.temperature = 0.0, .max_tokens = 56, .ignore_eos = true}});
       }
       GenerationStats stats;
-      const std::vector<GenerationResult> results =
+      const std::vector<Request> results =
           run(*fixture, requests, {.max_num_batched_tokens = step_tokens}, &stats);
       EXPECT_EQ(stats.preemptions, 0);
-      for (const GenerationResult& result : results)
-        EXPECT_EQ(result.tokens.size(), 56u);
+      for (const Request& result : results)
+        EXPECT_EQ(result.num_output_tokens(), 56);
     }
   }
 }
@@ -212,7 +212,7 @@ TEST(EngineTest, APoolForNSequencesRunsN) {
 TEST(EngineTest, ChunkedPrefillKeepsPromptLogprobs) {
   auto fixture = load_fixture("qwen3-tiny");
   const nlohmann::json& prompt = fixture->reference["prompts"][3];  // 40 tokens
-  const std::vector<GenerationResult> chunked =
+  const std::vector<Request> chunked =
       run(*fixture, {request_for(prompt)}, {.max_num_batched_tokens = 7});
   const nlohmann::json& expected = prompt["prompt_logprobs"];
   ASSERT_EQ(chunked[0].prompt_logprobs.size(), expected.size());
@@ -254,14 +254,14 @@ TEST(EngineTest, StopsAtEndOfSequence) {
   auto fixture = load_fixture("llama-tiny");
   // Find a prompt whose greedy continuation meets an EOS id of the config (2), then stop there.
   GenerationRequest request = request_for(fixture->reference["prompts"][3]);
-  const GenerationResult full = run(*fixture, {request}).front();
-  fixture->config.eos_token_ids = {full.tokens[3].token_id};
+  const Request full = run(*fixture, {request}).front();
+  fixture->config.eos_token_ids = {full.output_token_ids()[3]};
   request.params.ignore_eos = false;
-  const GenerationResult stopped = run(*fixture, {request}).front();
+  const Request stopped = run(*fixture, {request}).front();
   size_t first = 0;
-  while (full.tokens[first].token_id != full.tokens[3].token_id)
+  while (full.output_token_ids()[first] != full.output_token_ids()[3])
     ++first;
-  EXPECT_EQ(stopped.tokens.size(), first + 1);
+  EXPECT_EQ(stopped.num_output_tokens(), static_cast<int64_t>(first + 1));
   EXPECT_EQ(stopped.finish_reason, FinishReason::kStop);
   EXPECT_EQ(full.finish_reason, FinishReason::kLength);
 }

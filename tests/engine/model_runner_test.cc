@@ -32,13 +32,15 @@ TEST(ModelRunnerTest, BuildsMetadataWithDecodesFirst) {
   blocks.allocate_slots(1, 33);  // a decode at position 32
   RecordingModel recorder;
   ModelRunner runner(recorder, plan, cache);
-  const std::vector<ScheduledSequence> batch = {
-      {.request_id = 0,
-       .new_token_ids = {10, 11, 12, 13},
-       .num_computed_tokens = 16,
-       .all_logits = true},
-      {.request_id = 1, .new_token_ids = {20}, .num_computed_tokens = 32}};
-  const RunnerOutput output = runner.execute(batch, blocks);
+  std::vector<int32_t> prefill_tokens(16, 1);
+  prefill_tokens.insert(prefill_tokens.end(), {10, 11, 12, 13});
+  std::vector<int32_t> decode_tokens(32, 1);
+  decode_tokens.push_back(20);
+  Request prefill(0, prefill_tokens, {}, 0);
+  Request decode(1, decode_tokens, {}, 0);
+  const std::vector<ScheduledChunk> chunks = {{&prefill, 16, 4}, {&decode, 32, 1}};
+  const std::vector<int64_t> logits_rows = {4, 1};
+  const RunnerOutput output = runner.execute(chunks, logits_rows, blocks);
   const ForwardBatch& seen = recorder.seen;
   EXPECT_EQ(seen.token_ids, (std::vector<int32_t>{20, 10, 11, 12, 13}));  // the decode first
   EXPECT_EQ(seen.positions, (std::vector<int64_t>{32, 16, 17, 18, 19}));
@@ -59,8 +61,9 @@ TEST(ModelRunnerTest, BuildsMetadataWithDecodesFirst) {
   const AttentionMetadata& sliding = seen.group_metadata[1];
   EXPECT_EQ(sliding.slot_mapping[1], int64_t{blocks.block_ids(0, 1)[0]} * 32 + 16);
   // Logits: every row of the prefill (it asked for all), the last of the decode; caller's order.
-  EXPECT_EQ(output.num_rows, (std::vector<int64_t>{4, 1}));
-  EXPECT_EQ(output.logits.at<float>({output.first_row[0], 0}), 10.0f);
+  ASSERT_EQ(output.logits.size(0), 5);
+  for (int64_t row = 0; row < 4; ++row)
+    EXPECT_EQ(output.logits.at<float>({output.first_row[0] + row, 0}), 10.0f + row);
   EXPECT_EQ(output.logits.at<float>({output.first_row[1], 0}), 20.0f);
 }
 

@@ -103,7 +103,9 @@ TEST(SamplerTest, GreedyAndSeeds) {
 TEST(SamplerTest, Penalties) {
   std::vector<float> logits = {2.0f, -1.0f, 0.5f, 3.0f};
   // Token 0 in the prompt; tokens 1 (twice) and 3 in the output.
-  apply_penalties(logits.data(), 4, {0}, {1, 3, 1},
+  const std::vector<int32_t> prompt = {0};
+  const std::vector<int32_t> output = {1, 3, 1};
+  apply_penalties(logits.data(), 4, prompt, output,
                   {.presence_penalty = 0.5, .frequency_penalty = 0.25, .repetition_penalty = 2.0});
   EXPECT_FLOAT_EQ(logits[0], 1.0f);                      // 2 / 2, in the prompt only
   EXPECT_FLOAT_EQ(logits[1], -2.0f - 2 * 0.25f - 0.5f);  // -1 * 2, then two occurrences

@@ -17,19 +17,19 @@ KvCachePlan small_plan(int64_t num_blocks, int64_t max_model_len = 64) {
                        {.num_blocks = num_blocks, .max_model_len = max_model_len});
 }
 
-SchedulerRequest request(int64_t id, int length) {
-  SchedulerRequest r{.id = id};
+Request request(int64_t id, int length) {
+  std::vector<int32_t> tokens;
   for (int t = 0; t < length; ++t)
-    r.tokens.push_back(static_cast<int32_t>(id * 1000 + t));
-  return r;
+    tokens.push_back(static_cast<int32_t>(id * 1000 + t));
+  return Request(id, std::move(tokens), {}, 0);
 }
 
 TEST(SchedulerTest, BudgetSplitsPromptsIntoChunks) {
   const KvCachePlan plan = small_plan(100);
   KvCacheManager blocks(plan);
   Scheduler scheduler({.max_num_seqs = 8, .max_num_batched_tokens = 10}, blocks);
-  SchedulerRequest a = request(1, 7);
-  SchedulerRequest b = request(2, 9);
+  Request a = request(1, 7);
+  Request b = request(2, 9);
   scheduler.add(&a);
   scheduler.add(&b);
   std::vector<ScheduledChunk> step = scheduler.schedule();
@@ -39,7 +39,7 @@ TEST(SchedulerTest, BudgetSplitsPromptsIntoChunks) {
   scheduler.complete(step);
   EXPECT_EQ(b.num_computed, 3);
   // a decodes (one token after it is sampled); b continues its prompt.
-  a.tokens.push_back(5);
+  a.token_ids.push_back(5);
   step = scheduler.schedule();
   ASSERT_EQ(step.size(), 2u);
   EXPECT_EQ(step[0].request, &a);
@@ -56,10 +56,10 @@ TEST(SchedulerTest, MaxNumSeqsKeepsTheRestWaiting) {
   const KvCachePlan plan = small_plan(100);
   KvCacheManager blocks(plan);
   Scheduler scheduler({.max_num_seqs = 2}, blocks);
-  std::vector<SchedulerRequest> requests;
+  std::vector<Request> requests;
   for (int i = 0; i < 3; ++i)
     requests.push_back(request(i, 5));
-  for (SchedulerRequest& r : requests)
+  for (Request& r : requests)
     scheduler.add(&r);
   const std::vector<ScheduledChunk> step = scheduler.schedule();
   EXPECT_EQ(step.size(), 2u);
@@ -67,7 +67,7 @@ TEST(SchedulerTest, MaxNumSeqsKeepsTheRestWaiting) {
   EXPECT_EQ(scheduler.num_waiting(), 1);
   EXPECT_EQ(requests[1].status, RequestStatus::kRunning);
   EXPECT_EQ(requests[2].status, RequestStatus::kWaiting);
-  for (SchedulerRequest& r : requests) {
+  for (Request& r : requests) {
     scheduler.remove(&r);
     EXPECT_EQ(r.status, RequestStatus::kFinished);
   }
@@ -79,15 +79,15 @@ TEST(SchedulerTest, PreemptsTheNewestWhenBlocksRunOut) {
   const KvCachePlan plan = small_plan(13, /*max_model_len=*/20);
   KvCacheManager blocks(plan);
   Scheduler scheduler({.enable_prefix_caching = false}, blocks);
-  SchedulerRequest a = request(1, 8);  // 4 blocks
-  SchedulerRequest b = request(2, 8);  // 4 blocks
+  Request a = request(1, 8);  // 4 blocks
+  Request b = request(2, 8);  // 4 blocks
   scheduler.add(&a);
   scheduler.add(&b);
   scheduler.complete(scheduler.schedule());
   EXPECT_EQ(blocks.num_free_blocks(), 4);
   // a grows to 17 tokens: 10 blocks, more than are free; b, the newest, is preempted.
   for (int t = 0; t < 9; ++t)
-    a.tokens.push_back(t);
+    a.token_ids.push_back(t);
   const std::vector<ScheduledChunk> step = scheduler.schedule();
   ASSERT_EQ(step.size(), 1u);
   EXPECT_EQ(step[0].request, &a);
@@ -113,13 +113,13 @@ TEST(SchedulerTest, CountsEachPrefixLookupOnce) {
   const KvCachePlan plan = small_plan(17, /*max_model_len=*/32);
   KvCacheManager blocks(plan);
   Scheduler scheduler({}, blocks);
-  SchedulerRequest a = request(1, 24);
-  SchedulerRequest b = request(2, 16);
+  Request a = request(1, 24);
+  Request b = request(2, 16);
   scheduler.add(&a);
   scheduler.complete(scheduler.schedule());
   scheduler.add(&b);
   for (int step = 0; step < 3; ++step) {
-    a.tokens.push_back(step);
+    a.token_ids.push_back(step);
     scheduler.complete(scheduler.schedule());
     ASSERT_EQ(b.status, RequestStatus::kWaiting) << "step " << step;
   }
@@ -137,7 +137,7 @@ TEST(SchedulerTest, AbortAtEveryStageFreesBlocks) {
   for (int stage = 0; stage < 3; ++stage) {
     KvCacheManager blocks(plan);
     Scheduler scheduler({.max_num_batched_tokens = 4}, blocks);
-    SchedulerRequest r = request(1, 10);
+    Request r = request(1, 10);
     scheduler.add(&r);
     if (stage >= 1) scheduler.complete(scheduler.schedule());  // mid-prefill
     if (stage >= 2) scheduler.complete(scheduler.schedule());

@@ -65,9 +65,8 @@ ModelRun run(const std::string& name, Device device, bool enforce_eager,
   // All prompts in one batch: prefill steps run eagerly, the decode steps of 1..N sequences
   // replay graphs padded to 1, 2, 4 or 8.
   ModelRun out;
-  for (const GenerationResult& result :
-       generate(*model, setup.plan, cache, engine, requests, nullptr)) {
-    out.tokens.push_back(result.tokens);
+  for (const Request& result : generate(*model, setup.plan, cache, engine, requests, nullptr)) {
+    out.tokens.push_back(result.output_tokens());
     std::vector<double>& logprobs = out.prompt_logprobs.emplace_back();
     for (size_t i = 1; i < result.prompt_logprobs.size(); ++i)
       logprobs.push_back(result.prompt_logprobs[i]->logprob);

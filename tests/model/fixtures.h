@@ -54,10 +54,9 @@ inline std::unique_ptr<Fixture> load_fixture(const std::string& name) {
   return fixture;
 }
 
-inline std::vector<GenerationResult> run(Fixture& fixture,
-                                         const std::vector<GenerationRequest>& requests,
-                                         const SchedulerConfig& scheduler = {},
-                                         GenerationStats* stats = nullptr) {
+inline std::vector<Request> run(Fixture& fixture, const std::vector<GenerationRequest>& requests,
+                                const SchedulerConfig& scheduler = {},
+                                GenerationStats* stats = nullptr) {
   const EngineConfig config{.vocab_size = fixture.config.vocab_size,
                             .max_model_len = fixture.cache.plan.max_model_len,
                             .eos_token_ids = fixture.config.eos_token_ids,
@@ -74,11 +73,9 @@ inline GenerationRequest request_for(const nlohmann::json& prompt) {
                      .prompt_logprobs = 5}};
 }
 
-inline std::vector<int32_t> token_ids(const GenerationResult& result) {
-  std::vector<int32_t> ids;
-  for (const SampledToken& token : result.tokens)
-    ids.push_back(token.token_id);
-  return ids;
+inline std::vector<int32_t> token_ids(const Request& result) {
+  const std::span<const int32_t> ids = result.output_token_ids();
+  return {ids.begin(), ids.end()};
 }
 
 }  // namespace pagoda::testing

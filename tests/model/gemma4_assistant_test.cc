@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <array>
+
 #include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -73,8 +75,9 @@ TEST_P(Gemma4AssistantDraftTest, DraftsLikeTransformers) {
     SCOPED_TRACE("prompt of " + std::to_string(length));
     KvCacheManager blocks(setup.plan);
     blocks.allocate_slots(0, length);
-    const ScheduledSequence prefill{.request_id = 0, .new_token_ids = ids};
-    const ForwardBatch target_batch = runner.prepare({&prefill}, blocks);
+    Request request(0, ids, {}, 0);
+    const ForwardBatch target_batch =
+        runner.prepare(std::array{ScheduledChunk{&request, 0, length}}, blocks);
     const Tensor hidden = target.forward(target_batch);
     const Tensor last_hidden = hidden.narrow(0, length - 1, 1).contiguous();
     int32_t token = argmax(target.compute_logits(last_hidden));

@@ -3,6 +3,8 @@
 // computes exactly what it computes in an unpadded pool of its own.
 #include <gtest/gtest.h>
 
+#include <array>
+
 #include <cstring>
 #include <random>
 
@@ -48,8 +50,11 @@ TEST(KvSharingProofTest, SharedLayerHasNoKvAndWritesNothing) {
   KvCacheManager blocks(setup.plan);
   ModelRunner runner(model, setup.plan, cache);
   blocks.allocate_slots(0, static_cast<int64_t>(kPrompt.size()) + 1);
-  const ScheduledSequence prefill{.request_id = 0, .new_token_ids = kPrompt};
-  model.forward(runner.prepare({&prefill}, blocks));
+  std::vector<int32_t> tokens = kPrompt;
+  tokens.push_back(9);
+  Request request(0, tokens, {}, 0);
+  const int64_t prompt = static_cast<int64_t>(kPrompt.size());
+  model.forward(runner.prepare(std::array{ScheduledChunk{&request, 0, prompt}}, blocks));
 
   // Layer 4 shares layer 3's sliding cache: the checkpoint has no k/v weights for it, and a
   // standalone copy of it loads without them.
@@ -67,10 +72,8 @@ TEST(KvSharingProofTest, SharedLayerHasNoKvAndWritesNothing) {
                              config.layers[4], rope,
                              {.qk_norm = true, .v_norm = true, .scale = 1.0f});
   // A decode step at the next position: the shared layer attends and the cache does not change.
-  const ScheduledSequence decode{.request_id = 0,
-                                 .new_token_ids = {9},
-                                 .num_computed_tokens = static_cast<int64_t>(kPrompt.size())};
-  const ForwardBatch batch = runner.prepare({&decode}, blocks);
+  const ForwardBatch batch =
+      runner.prepare(std::array{ScheduledChunk{&request, prompt, 1}}, blocks);
   Tensor x = Tensor::empty({1, config.hidden_size}, DType::kF32);
   std::mt19937 rng(3);
   for (int64_t i = 0; i < x.numel(); ++i)
@@ -90,14 +93,15 @@ TEST(KvSharingProofTest, PaddingRowsAreNeverRead) {
   flags.num_blocks = 200;
   flags.block_size = 4;
   const CacheSetup setup = plan_cache(config, nullptr, flags);
-  const ScheduledSequence prefill{.request_id = 0, .new_token_ids = kPrompt};
+  Request request(0, kPrompt, {}, 0);
   const int64_t real = static_cast<int64_t>(kPrompt.size());
+  const std::array prefill{ScheduledChunk{&request, 0, real}};
 
   auto run = [&](int64_t padding, KvCache& cache) {
     KvCacheManager blocks(setup.plan);
     blocks.allocate_slots(0, real);
     ModelRunner runner(model, setup.plan, cache);
-    ForwardBatch batch = runner.prepare({&prefill}, blocks, padding);
+    ForwardBatch batch = runner.prepare(prefill, blocks, padding);
     // Poison the padding rows: other tokens at other positions.
     for (int64_t t = real; t < real + padding; ++t) {
       batch.token_ids[t] = static_cast<int32_t>(250 - t);
@@ -143,15 +147,16 @@ Tensor drafter_logits(CausalLm& drafter, const CacheSetup& setup, int64_t first_
   KvCacheManager blocks(setup.plan);
   blocks.allocate_slots(0, static_cast<int64_t>(kPrompt.size()) + 1);
   ModelRunner runner(drafter, setup.plan, cache, {.first_layer = first_layer});
+  std::vector<int32_t> tokens = kPrompt;
+  tokens.push_back(77);
+  Request request(0, tokens, {}, 0);
+  const int64_t prompt = static_cast<int64_t>(kPrompt.size());
   const Tensor prefill =
-      runner.execute({{.request_id = 0, .new_token_ids = kPrompt, .all_logits = true}}, blocks)
+      runner.execute(std::array{ScheduledChunk{&request, 0, prompt}}, std::array{prompt}, blocks)
           .logits;
   const Tensor decode =
       runner
-          .execute({{.request_id = 0,
-                     .new_token_ids = {77},
-                     .num_computed_tokens = static_cast<int64_t>(kPrompt.size())}},
-                   blocks)
+          .execute(std::array{ScheduledChunk{&request, prompt, 1}}, std::array{int64_t{1}}, blocks)
           .logits;
   Tensor both = Tensor::empty({prefill.size(0) + 1, prefill.size(1)}, DType::kF32);
   both.narrow(0, 0, prefill.size(0)).copy_from(prefill);

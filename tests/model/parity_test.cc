@@ -26,24 +26,19 @@ TEST_P(ParityTest, MatchesTransformers) {
     requests.push_back(request_for(prompt));
   }
   // Every prompt alone, then all of them in one batch: the same tokens either way.
-  std::vector<GenerationResult> alone;
+  std::vector<Request> alone;
   for (const GenerationRequest& request : requests)
     alone.push_back(run(*fixture, {request}).front());
-  const std::vector<GenerationResult> batched = run(*fixture, requests);
+  const std::vector<Request> batched = run(*fixture, requests);
 
   double worst = 0;
   for (size_t p = 0; p < requests.size(); ++p) {
     SCOPED_TRACE("prompt " + std::to_string(p));
     const nlohmann::json& expected = fixture->reference["prompts"][p];
-    const GenerationResult& result = alone[p];
-    std::vector<int32_t> tokens;
-    for (const SampledToken& token : result.tokens)
-      tokens.push_back(token.token_id);
+    const Request& result = alone[p];
+    const std::vector<int32_t> tokens = token_ids(result);
     EXPECT_EQ(tokens, expected["greedy_token_ids"].get<std::vector<int32_t>>());
-    std::vector<int32_t> batched_tokens;
-    for (const SampledToken& token : batched[p].tokens)
-      batched_tokens.push_back(token.token_id);
-    EXPECT_EQ(batched_tokens, tokens);
+    EXPECT_EQ(token_ids(batched[p]), tokens);
 
     const nlohmann::json& prompt_logprobs = expected["prompt_logprobs"];
     ASSERT_EQ(result.prompt_logprobs.size(), prompt_logprobs.size());
@@ -57,12 +52,14 @@ TEST_P(ParityTest, MatchesTransformers) {
     // The top-5 after the prompt, ids and values.
     const nlohmann::json& top = expected["prompt_top_logprobs_last"];
     for (size_t k = 0; k < top.size(); ++k) {
-      EXPECT_EQ(result.tokens[0].top[k].token_id, top[k][0].get<int32_t>());
-      EXPECT_NEAR(result.tokens[0].top[k].logprob, top[k][1].get<double>(), kLogprobTolerance);
+      EXPECT_EQ(result.output_logprobs[0].top[k].token_id, top[k][0].get<int32_t>());
+      EXPECT_NEAR(result.output_logprobs[0].top[k].logprob, top[k][1].get<double>(),
+                  kLogprobTolerance);
     }
     const nlohmann::json& greedy_logprobs = expected["greedy_logprobs"];
-    for (size_t t = 0; t < result.tokens.size(); ++t) {
-      EXPECT_NEAR(result.tokens[t].logprob, greedy_logprobs[t].get<double>(), kLogprobTolerance);
+    for (size_t t = 0; t < result.output_logprobs.size(); ++t) {
+      EXPECT_NEAR(result.output_logprobs[t].logprob, greedy_logprobs[t].get<double>(),
+                  kLogprobTolerance);
     }
   }
   std::printf("[ parity   ] %s: worst prompt logprob difference %.2e\n", GetParam(), worst);

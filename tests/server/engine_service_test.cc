@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <fstream>
 #include <thread>
 
@@ -30,8 +31,8 @@ struct TinyModel {
     cache = plan_cache(config, nullptr, flags);
     memory = allocate_kv_cache(cache.plan, Device::cpu());
     engine = {.vocab_size = config.vocab_size,
-                 .max_model_len = cache.plan.max_model_len,
-                 .eos_token_ids = config.eos_token_ids};
+              .max_model_len = cache.plan.max_model_len,
+              .eos_token_ids = config.eos_token_ids};
   }
 };
 
@@ -65,12 +66,12 @@ TEST(EngineServiceTest, ConcurrentSubmittersGetTheirOwnTokens) {
   // What each request gives when run alone, through the offline API.
   std::vector<std::vector<int32_t>> expected;
   for (int32_t r = 0; r < 8; ++r) {
-    const GenerationResult result = generate(*tiny.model, tiny.cache.plan, tiny.memory,
-                                             tiny.engine, {request(10 + r, 6 + r)})
-                                        .front();
+    const Request result =
+        generate(*tiny.model, tiny.cache.plan, tiny.memory, tiny.engine, {request(10 + r, 6 + r)})
+            .front();
     std::vector<int32_t> ids;
-    for (const SampledToken& token : result.tokens)
-      ids.push_back(token.token_id);
+    for (int32_t token : result.output_token_ids())
+      ids.push_back(token);
     expected.push_back(ids);
   }
   EngineService service(*tiny.model, tiny.cache.plan, tiny.memory, tiny.engine);
