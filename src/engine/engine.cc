@@ -104,14 +104,31 @@ std::vector<RequestDelta> Engine::step() {
   PAGODA_CHECK(!chunks.empty(), "no request could be scheduled");
   counters_.peak_blocks_used = std::max(counters_.peak_blocks_used,
                                         plan_.num_blocks - kNullBlocks - blocks_.num_free_blocks());
-  sampler_.prepare(chunks, runner_.on_device());
-  const RunnerOutput output = runner_.execute(chunks, sampler_.logits_rows(), blocks_);
-  const std::span<const std::optional<SampledToken>> tokens =
-      sampler_.sample(output.logits, output.first_row);
+  std::span<const std::optional<SampledToken>> tokens;
+  try {
+    sampler_.prepare(chunks, runner_.on_device());
+    const RunnerOutput output = runner_.execute(chunks, sampler_.logits_rows(), blocks_);
+    tokens = sampler_.sample(output.logits, output.first_row);
+  } catch (const std::exception& error) {
+    fail_requests(chunks, error.what(), deltas);
+    return deltas;
+  }
   scheduler_.complete(chunks);
   ++counters_.steps;
   append_tokens(chunks, tokens, deltas);
   return deltas;
+}
+
+void Engine::fail_requests(std::span<const ScheduledChunk> chunks, const std::string& error,
+                           std::vector<RequestDelta>& deltas) {
+  for (const ScheduledChunk& chunk : chunks) {
+    Request& request = *chunk.request;
+    request.finish_reason = FinishReason::kError;
+    request.error = error;
+    scheduler_.remove(&request);
+    deltas.push_back(
+        {.request_id = request.id, .finish_reason = FinishReason::kError, .error = error});
+  }
 }
 
 std::vector<RequestDelta> Engine::take_aborted() {

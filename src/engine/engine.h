@@ -7,6 +7,7 @@
 #include <map>
 #include <optional>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "engine/model_runner.h"
@@ -46,6 +47,7 @@ struct RequestDelta {
   int64_t request_id = 0;
   std::vector<SampledToken> new_tokens;
   FinishReason finish_reason = FinishReason::kNone;
+  std::string error;  // with kError: what failed
 };
 
 // The step loop: requests can be added and aborted between steps; each step returns deltas.
@@ -62,6 +64,8 @@ class Engine {
   void abort(int64_t id);
   bool has_unfinished() const { return scheduler_.has_requests() || !aborted_.empty(); }
   // Runs one step of continuous batching: schedule, run the model, sample, append the tokens.
+  // When running or sampling fails, the step's requests end with FinishReason::kError and the
+  // error; the rest of the engine carries on.
   std::vector<RequestDelta> step();
   // A request's state and everything it has produced so far. Error when there is no request `id`.
   const Request& request(int64_t id) const;
@@ -74,6 +78,9 @@ class Engine {
   int64_t num_waiting() const { return scheduler_.num_waiting(); }
 
  private:
+  // Ends the chunks' requests with `error` (the step they were in failed) and frees their blocks.
+  void fail_requests(std::span<const ScheduledChunk> chunks, const std::string& error,
+                     std::vector<RequestDelta>& deltas);
   // Deltas of the requests aborted since the last step.
   std::vector<RequestDelta> take_aborted();
   // Appends each chunk's sampled token to its request and ends the requests that are done.

@@ -76,7 +76,7 @@ void EngineService::admit_and_abort() {
     } catch (const Error& error) {  // validated at submit; the pool may still refuse it
       std::lock_guard<std::mutex> lock(handle->mutex_);
       handle->error_ = error.what();
-      handle->deltas_.push_back({.finish_reason = FinishReason::kAbort});
+      handle->deltas_.push_back({.finish_reason = FinishReason::kError, .error = error.what()});
       handle->ready_.notify_all();
     }
   }
@@ -107,11 +107,7 @@ void EngineService::deliver(const std::vector<RequestDelta>& deltas) {
         e2e_latency_.observe(std::chrono::duration<double>(now - handle.submitted_).count());
       }
     }
-    running_ = engine_.num_running();
-    waiting_ = engine_.num_waiting();
-    const double total = static_cast<double>(plan_.num_blocks - kNullBlocks);
-    kv_usage_ = 1.0 - static_cast<double>(engine_.num_free_blocks()) / total;
-    stats_ = engine_.stats();
+    update_gauges();
   }
   for (const RequestDelta& delta : deltas) {
     const auto it = active_.find(delta.request_id);
@@ -119,6 +115,9 @@ void EngineService::deliver(const std::vector<RequestDelta>& deltas) {
     {
       RequestHandle& handle = *it->second;
       std::lock_guard<std::mutex> lock(handle.mutex_);
+      if (delta.finish_reason == FinishReason::kError) {
+        handle.error_ = fmt::format("the engine failed: {}", delta.error);
+      }
       handle.deltas_.push_back(delta);
       handle.ready_.notify_all();
     }
@@ -129,14 +128,24 @@ void EngineService::deliver(const std::vector<RequestDelta>& deltas) {
   }
 }
 
+void EngineService::update_gauges() {
+  running_ = engine_.num_running();
+  waiting_ = engine_.num_waiting();
+  const double total = static_cast<double>(plan_.num_blocks - kNullBlocks);
+  kv_usage_ = 1.0 - static_cast<double>(engine_.num_free_blocks()) / total;
+  stats_ = engine_.stats();
+}
+
 void EngineService::fail_all(const std::string& message) {
-  for (auto& [id, handle] : active_) {
-    std::lock_guard<std::mutex> lock(handle->mutex_);
-    handle->error_ = message;
-    handle->deltas_.push_back({.request_id = id, .finish_reason = FinishReason::kAbort});
-    handle->ready_.notify_all();
+  std::vector<RequestDelta> deltas;
+  for (const auto& [id, handle] : active_) {
+    try {
+      engine_.abort(id);  // frees what it holds, so the engine is left with nothing
+    } catch (const std::exception&) {
+    }
+    deltas.push_back({.request_id = id, .finish_reason = FinishReason::kError, .error = message});
   }
-  active_.clear();
+  deliver(deltas);
 }
 
 void EngineService::loop() {
@@ -152,8 +161,9 @@ void EngineService::loop() {
       admit_and_abort();
       deliver(engine_.step());
     } catch (const std::exception& error) {
-      // A failed step ends every running request with the error; the server stays up.
-      fail_all(fmt::format("the engine failed: {}", error.what()));
+      // A step that failed outside the model and sampler (which fail only their own requests)
+      // ends every request; the server stays up.
+      fail_all(error.what());
     }
   }
 }

@@ -24,7 +24,7 @@ class RequestHandle {
   // Waits up to `timeout` for news; returns what arrived (nothing on a timeout). After the delta
   // with a finish reason, nothing more comes.
   std::vector<RequestDelta> wait(std::chrono::milliseconds timeout);
-  // Set when the engine failed while running the request (the last delta then says abort).
+  // Set when the engine failed while running the request (the last delta then says error).
   std::string error() const;
 
  private:
@@ -62,6 +62,8 @@ class EngineService {
   void loop();
   void admit_and_abort();  // engine thread: takes queued requests and aborts
   void deliver(const std::vector<RequestDelta>& deltas);
+  void update_gauges();  // under mutex_
+  // Ends every active request with `message` (kError) and aborts it in the engine.
   void fail_all(const std::string& message);
 
   const KvCachePlan& plan_;

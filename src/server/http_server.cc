@@ -251,7 +251,8 @@ class Call {
       } else if (delta.finish_reason != FinishReason::kNone) {
         text += choice.text->finish();
         choice.finish_reason = choice.text->stopped() ? "stop" : to_string(delta.finish_reason);
-        if (delta.finish_reason == FinishReason::kAbort) {
+        if (delta.finish_reason == FinishReason::kAbort ||
+            delta.finish_reason == FinishReason::kError) {
           error_ = choice.handle->error();
           choice.finish_reason = "abort";
         }

@@ -175,6 +175,66 @@ TEST(EngineTest, AddAndAbortBetweenSteps) {
   EXPECT_THROW(engine.request(first), Error);
 }
 
+// A model that fails any step whose batch holds a given token, as a CUDA out-of-memory error
+// fails a long prefill.
+class PoisonedModel final : public CausalLm {
+ public:
+  PoisonedModel(CausalLm& model, int32_t poison) : model_(model), poison_(poison) {}
+  Tensor forward(const ForwardBatch& batch) override {
+    if (std::find(batch.token_ids.begin(), batch.token_ids.end(), poison_) !=
+        batch.token_ids.end()) {
+      fail("out of memory (token {} in the batch)", poison_);
+    }
+    return model_.forward(batch);
+  }
+  Tensor compute_logits(const Tensor& hidden) override { return model_.compute_logits(hidden); }
+
+ private:
+  CausalLm& model_;
+  int32_t poison_;
+};
+
+// A failed step ends the requests in it with the error and frees everything they held; requests
+// outside it, and later ones, run as if nothing happened.
+TEST(EngineTest, AFailedStepFailsOnlyItsRequests) {
+  auto fixture = load_fixture("llama-tiny");
+  const nlohmann::json& prompts = fixture->reference["prompts"];
+  PoisonedModel poisoned(*fixture->model, 255);
+  const EngineConfig config{.vocab_size = fixture->config.vocab_size,
+                            .max_model_len = fixture->cache.plan.max_model_len,
+                            .eos_token_ids = fixture->config.eos_token_ids,
+                            .scheduler = {.max_num_seqs = 2}};
+  Engine engine(poisoned, fixture->cache.plan, fixture->memory, config);
+  const int64_t running = engine.add_request(request_for(prompts[0]));
+  engine.step();
+  GenerationRequest poison = request_for(prompts[1]);
+  poison.prompt_token_ids.push_back(255);
+  const int64_t failing = engine.add_request(poison);
+  const int64_t waiting = engine.add_request(request_for(prompts[2]));  // past max_num_seqs
+  const std::vector<RequestDelta> deltas = engine.step();
+  ASSERT_EQ(deltas.size(), 2u);
+  for (const RequestDelta& delta : deltas) {
+    EXPECT_TRUE(delta.request_id == running || delta.request_id == failing);
+    EXPECT_EQ(delta.finish_reason, FinishReason::kError);
+    EXPECT_NE(delta.error.find("out of memory"), std::string::npos) << delta.error;
+  }
+  EXPECT_EQ(engine.request(failing).finish_reason, FinishReason::kError);
+  EXPECT_EQ(engine.status(running), RequestStatus::kFinished);
+  EXPECT_EQ(engine.num_running(), 0);
+  EXPECT_EQ(engine.num_waiting(), 1);
+  // The request that waited, and one that comes later, give their usual tokens.
+  const int64_t later = engine.add_request(request_for(prompts[3]));
+  while (engine.has_unfinished())
+    engine.step();
+  EXPECT_EQ(token_ids(engine.request(waiting)),
+            prompts[2]["greedy_token_ids"].get<std::vector<int32_t>>());
+  EXPECT_EQ(token_ids(engine.request(later)),
+            prompts[3]["greedy_token_ids"].get<std::vector<int32_t>>());
+  EXPECT_EQ(engine.num_free_blocks(), fixture->cache.plan.num_blocks - kNullBlocks);
+  for (int64_t id : {running, failing, waiting, later})
+    engine.release(id);
+}
+
 // A pool the plan (and so `inspect`) says holds N sequences of max_model_len runs N of them at
 // once, without preemption: the planner and admission count a sequence's blocks by one rule, in
 // which a sliding group holds its window plus one step's tokens.

@@ -114,5 +114,50 @@ TEST(EngineServiceTest, AbortFreesTheRequestsBlocksAndBadRequestsThrow) {
   EXPECT_THROW(service.submit(request(1, 1000)), Error);             // past max_model_len
 }
 
+// Fails every step whose batch holds token 255.
+class PoisonedModel final : public CausalLm {
+ public:
+  explicit PoisonedModel(CausalLm& model) : model_(model) {}
+  Tensor forward(const ForwardBatch& batch) override {
+    ++calls;
+    for (int32_t token : batch.token_ids) {
+      if (token == 255) fail("out of memory");
+    }
+    return model_.forward(batch);
+  }
+  Tensor compute_logits(const Tensor& hidden) override { return model_.compute_logits(hidden); }
+  std::atomic<int64_t> calls{0};
+
+ private:
+  CausalLm& model_;
+};
+
+// A failed step ends its requests with the error; the engine thread goes back to sleep with
+// nothing held, and later requests succeed.
+TEST(EngineServiceTest, AFailedStepFailsOnlyItsRequests) {
+  TinyModel tiny;
+  PoisonedModel poisoned(*tiny.model);
+  EngineService service(poisoned, tiny.cache.plan, tiny.memory, tiny.engine);
+  GenerationRequest poison = request(5, 4);
+  poison.prompt_token_ids.push_back(255);
+  auto failed = service.submit(poison);
+  auto [tokens, reason] = drain(*failed);
+  EXPECT_EQ(reason, FinishReason::kError);
+  EXPECT_TRUE(tokens.empty());
+  EXPECT_NE(failed->error().find("out of memory"), std::string::npos) << failed->error();
+  // The failed step is not retried, and nothing is held while the service sleeps.
+  std::this_thread::sleep_for(milliseconds(100));
+  EXPECT_EQ(poisoned.calls.load(), 1);
+  const std::string metrics = service.metrics_text();
+  EXPECT_EQ(metric(metrics, "pagoda:num_requests_running"), 0);
+  EXPECT_EQ(metric(metrics, "pagoda:num_requests_waiting"), 0);
+  EXPECT_EQ(metric(metrics, "pagoda:kv_cache_usage_perc"), 0.0);
+  auto ok = service.submit(request(6, 3));
+  auto [ok_tokens, ok_reason] = drain(*ok);
+  EXPECT_EQ(ok_reason, FinishReason::kLength);
+  EXPECT_EQ(ok_tokens.size(), 3u);
+  EXPECT_TRUE(ok->error().empty());
+}
+
 }  // namespace
 }  // namespace pagoda
