@@ -15,7 +15,8 @@
 #include <string>
 #include <vector>
 
-#include "attention/cuda/attention_plan.h"
+#include "attention/backend.h"
+#include "attention/cuda/device_metadata.h"
 #include "attention/cuda/paged_attention.h"
 #include "bench/cuda_timing.h"
 #include "core/cuda/context.h"
@@ -55,7 +56,7 @@ Result run_case(const Tensor& pool, PageOrder order, int64_t page_padding, int64
   std::vector<int32_t> blocks(sets * blocks_per_set);
   std::iota(blocks.begin(), blocks.end(), 0);
   std::shuffle(blocks.begin(), blocks.end(), rng);
-  std::vector<std::unique_ptr<cuda::AttentionPlan>> plans;
+  std::vector<std::unique_ptr<cuda::DeviceMetadata>> plans;
   for (int64_t s = 0; s < sets; ++s) {
     AttentionMetadata meta;
     meta.num_actual_tokens = batch;
@@ -69,7 +70,7 @@ Result run_case(const Tensor& pool, PageOrder order, int64_t page_padding, int64
       meta.slot_mapping.push_back(-1);
     }
     meta.query_start.push_back(batch);
-    auto plan = std::make_unique<cuda::AttentionPlan>(batch, batch, blocks_per_seq, kBlock);
+    auto plan = std::make_unique<cuda::DeviceMetadata>(batch, batch, blocks_per_seq, kBlock);
     plan->update(meta);
     plans.push_back(std::move(plan));
   }

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The CUDA path on a GPU machine, in one call: checks first, then timings, then a summary.
-#   1. kernel tables: every CUDA op and the paged attention kernels against the CPU reference
-#      (fresh random inputs per case, poisoned outputs, NHD/HND/padded pages, head sizes 16-256);
+#   1. kernel tables: every CUDA op against the CPU reference, and the CUDA attention backend
+#      against dense attention (fresh random inputs per case, poisoned outputs, NHD/HND/padded
+#      pages, every head size it declares);
 #   2. model parity: each fixture (Llama, Qwen3, Gemma 4 with and without KV sharing, MiMo-V2-Flash,
 #      the default model) on the GPU against the CPU path and transformers' reference, with and
 #      without CUDA graphs (tolerances in tests/model/cuda_parity_test.cc);
@@ -34,7 +35,7 @@ step() {  # step NAME COMMAND...: runs it, keeps its log, records pass or fail
   tail -n 25 "$out/$name.log"
 }
 step kernels "$build/tests/pagoda_tests" \
-  --gtest_filter='CudaOpsTest.*:Shapes/CudaAttentionTest.*:CudaSamplingTest.*'
+  --gtest_filter='CudaOpsTest.*:Backends/AttentionTest.*/cuda_*:AttentionTest.*:CudaSamplingTest.*'
 step parity "$build/tests/pagoda_tests" --gtest_filter='Fixtures/CudaParityTest.*'
 step attention_bench "$build/src/attention_bench"
 if python3 -c 'import torch' 2>/dev/null; then

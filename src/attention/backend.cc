@@ -3,16 +3,20 @@
 #include <fmt/ranges.h>
 
 #include "attention/cpu/cpu_backend.h"
+#if PAGODA_HAVE_CUDA
+#include "attention/cuda/cuda_backend.h"
+#endif
 
 namespace pagoda {
 
-#if PAGODA_HAVE_CUDA
-// The CUDA kernels (attention/cuda/paged_attention.h) walk NHD pages by runtime strides.
-const AttentionBackend& cuda_attention_backend() {
-  static const PagedAttentionBackend backend("cuda", PageOrder::kNhd, kAllAttentionFeatures);
-  return backend;
+std::unique_ptr<AttentionPlan> PagedAttentionBackend::make_plan(const AttentionGroup& group) const {
+  if (make_ == nullptr)
+    fail("attention backend '{}' declares a layout only; it runs nothing", name_);
+  if (group.device.type != device_) {
+    fail("attention backend '{}' does not run on {}", name_, group.device.to_string());
+  }
+  return make_(group);
 }
-#endif
 
 const AttentionBackend& find_attention_backend(const std::string& name) {
   if (name == "cpu") return cpu_attention_backend();
@@ -29,6 +33,10 @@ std::vector<std::string> attention_backend_names() {
 #else
   return {"cpu"};
 #endif
+}
+
+const AttentionBackend& default_attention_backend(DeviceType device) {
+  return find_attention_backend(device == DeviceType::kCpu ? "cpu" : "cuda");
 }
 
 KvCacheView reshape_kv_cache(const Tensor& buffer, const AttentionBackend& backend,

@@ -1,11 +1,13 @@
-// The attention backend contract (DESIGN.md §3, §4): cache layout, capabilities, and the reshape
-// of a raw KV buffer into the views a backend reads.
+// The attention backend contract (DESIGN.md §3, §4): cache layout, what a backend computes, the
+// plans it makes to run, and the reshape of a raw KV buffer into the views a backend reads.
 #pragma once
 
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "attention/attention_plan.h"
 #include "attention/kv_layout.h"
 
 namespace pagoda {
@@ -26,12 +28,26 @@ constexpr AttentionFeatures kAllAttentionFeatures{.sliding_window = true,
                                                   .split_kv_head_sizes = true,
                                                   .cache_only_queries = true};
 
+// What a backend's kernels compute: the variants, and the shapes and dtypes they take. A model
+// with a layer outside them is refused when its KV cache is planned, before any weight loads.
+struct AttentionSupport {
+  AttentionFeatures features;
+  // (K, V) head sizes the kernels take; empty: any.
+  std::vector<std::pair<int64_t, int64_t>> head_sizes;
+  int64_t max_q_per_kv = 0;         // query heads per KV head; 0: any
+  std::vector<DType> cache_dtypes;  // empty: any floating type
+};
+
 class AttentionBackend {
  public:
   virtual ~AttentionBackend() = default;
 
   virtual std::string name() const = 0;
-  virtual AttentionFeatures features() const = 0;
+  virtual const AttentionSupport& support() const = 0;
+  // The device its kernels run on.
+  virtual DeviceType device_type() const = 0;
+  // A plan for one KV cache group on group.device (Error when the backend cannot run there).
+  virtual std::unique_ptr<AttentionPlan> make_plan(const AttentionGroup& group) const = 0;
   // Physical order of the dims of kv_cache_shape(), outermost first.
   virtual std::vector<int> kv_cache_stride_order(const KvPageShape& page,
                                                  LayersDim layers) const = 0;
@@ -49,13 +65,22 @@ class AttentionBackend {
   }
 };
 
-// A backend whose kernels walk pages with a runtime block stride in NHD or HND order.
+// A backend whose kernels walk pages with a runtime block stride in NHD or HND order. Its plans
+// come from `make`; without one it only declares a layout (for planning and tests of views).
 class PagedAttentionBackend : public AttentionBackend {
  public:
-  PagedAttentionBackend(std::string name, PageOrder order, AttentionFeatures features)
-      : name_(std::move(name)), order_(order), features_(features) {}
+  using PlanMaker = std::unique_ptr<AttentionPlan> (*)(const AttentionGroup& group);
+  PagedAttentionBackend(std::string name, PageOrder order, AttentionSupport support,
+                        DeviceType device = DeviceType::kCpu, PlanMaker make = nullptr)
+      : name_(std::move(name)),
+        order_(order),
+        support_(std::move(support)),
+        device_(device),
+        make_(make) {}
   std::string name() const override { return name_; }
-  AttentionFeatures features() const override { return features_; }
+  const AttentionSupport& support() const override { return support_; }
+  DeviceType device_type() const override { return device_; }
+  std::unique_ptr<AttentionPlan> make_plan(const AttentionGroup& group) const override;
   std::vector<int> kv_cache_stride_order(const KvPageShape& page, LayersDim layers) const override {
     return paged_kv_stride_order(order_, page, layers);
   }
@@ -63,12 +88,17 @@ class PagedAttentionBackend : public AttentionBackend {
  private:
   std::string name_;
   PageOrder order_;
-  AttentionFeatures features_;
+  AttentionSupport support_;
+  DeviceType device_;
+  PlanMaker make_;
 };
 
-// The backends this build has, by name ("cpu"). Throws Error naming the value and the known names.
+// The backends this build has, by name ("cpu", "cuda"). Throws Error naming the value and the
+// known names.
 const AttentionBackend& find_attention_backend(const std::string& name);
 std::vector<std::string> attention_backend_names();
+// The backend that runs attention on `device` when none is named.
+const AttentionBackend& default_attention_backend(DeviceType device);
 
 // Where one layer's pages sit in a raw buffer: block b's page starts at
 // offset_bytes + b * block_stride_bytes.
@@ -78,14 +108,6 @@ std::vector<std::string> attention_backend_names();
 struct PagePlacement {
   int64_t offset_bytes = 0;
   int64_t block_stride_bytes = 0;
-};
-
-// One layer's cache as its backend reads it: non-owning views of a shared buffer.
-struct KvCacheView {
-  Tensor cache;              // kv_cache_shape(num_blocks, page) with the backend's physical strides
-  Tensor key;                // [num_blocks, block_size, num_kv_heads, head_size_k]
-  Tensor value;              // [num_blocks, block_size, num_kv_heads, head_size_v]
-  int64_t block_stride = 0;  // elements between block b and b + 1
 };
 
 // Views `buffer` (1-D uint8) as `num_blocks` pages placed per `placement`. Throws Error when the

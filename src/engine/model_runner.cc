@@ -1,8 +1,8 @@
 #include "engine/model_runner.h"
 
 #include <algorithm>
-
 #include <bit>
+#include <cstring>
 #include <numeric>
 
 #include "core/error.h"
@@ -36,56 +36,70 @@ struct ModelRunner::DecodeGraph {
   cuda::Graph graph;
 #endif
   Tensor logits;           // [padded batch, vocab] f32 on the device, written by each replay
-  int64_t generation = 0;  // of the device inputs it was captured over
+  int64_t generation = 0;  // of the buffers it was captured over
 };
 
 ModelRunner::~ModelRunner() = default;
 
 ModelRunner::ModelRunner(CausalLm& model, const KvCachePlan& plan, const KvCache& cache,
                          const RunnerOptions& options)
-    : model_(model), plan_(plan), enforce_eager_(options.enforce_eager) {
+    : model_(model),
+      plan_(plan),
+      device_(cache.buffers.empty() ? Device::cpu() : cache.buffers[0].device()),
+      enforce_eager_(options.enforce_eager),
+      metadata_(plan.groups.size()) {
   const int64_t first_layer = options.first_layer;
   PAGODA_CHECK(first_layer >= 0 && first_layer < static_cast<int64_t>(plan.layers.size()),
                "first layer {} of a plan of {} layers", first_layer, plan.layers.size());
+  // One plan per KV group and backend among the model's layers.
+  std::map<std::pair<int64_t, const AttentionBackend*>, AttentionPlan*> made;
   for (size_t i = first_layer; i < plan.layers.size(); ++i) {
-    layer_views_.views.push_back(cache.views[i]);
-    layer_groups_.push_back(plan.placements[i].group);
+    const int64_t group = plan.placements[i].group;
+    const AttentionBackend* backend = plan.layers[i].backend;
+    AttentionPlan*& made_plan = made[{group, backend}];
+    if (made_plan == nullptr) {
+      plans_.push_back(backend->make_plan({.page = plan.groups[group].spec.page,
+                                           .max_model_len = plan.max_model_len,
+                                           .device = device_}));
+      plan_groups_.push_back(group);
+      made_plan = plans_.back().get();
+    }
+    views_.push_back(cache.views[i]);
+    layers_.push_back({.plan = made_plan});
   }
-  const Device device = cache.buffers.empty() ? Device::cpu() : cache.buffers[0].device();
-  if (!device.is_cpu()) {
-    device_inputs_ = std::make_unique<DeviceInputs>(plan, device);
-  }
+  for (size_t i = 0; i < layers_.size(); ++i)
+    layers_[i].cache = &views_[i];
+  batch_.attention = layers_;
 }
 
-ForwardBatch ModelRunner::prepare(std::span<const ScheduledChunk> ordered,
-                                  const KvCacheManager& blocks, int64_t padding_tokens) const {
-  ForwardBatch batch;
-  batch.kv_cache = &layer_views_;
-  batch.layer_groups = &layer_groups_;
+const ForwardBatch& ModelRunner::prepare(std::span<const ScheduledChunk> ordered,
+                                         const KvCacheManager& blocks, int64_t padding_rows,
+                                         const AttentionStep& step) {
   int64_t num_tokens = 0;
   for (const ScheduledChunk& chunk : ordered)
     num_tokens += chunk.num_tokens;
-  batch.token_ids.reserve(num_tokens + padding_tokens);
-  batch.positions.reserve(num_tokens + padding_tokens);
+  ForwardBatch& batch = batch_;
+  batch.token_ids.clear();
+  batch.positions.clear();
   for (const ScheduledChunk& chunk : ordered) {
     const auto first = chunk.request->token_ids.begin() + chunk.first;
     batch.token_ids.insert(batch.token_ids.end(), first, first + chunk.num_tokens);
     for (int64_t i = 0; i < chunk.num_tokens; ++i)
       batch.positions.push_back(chunk.first + i);
   }
-  batch.token_ids.resize(num_tokens + padding_tokens, 0);
-  batch.positions.resize(num_tokens + padding_tokens, 0);
+  batch.token_ids.resize(num_tokens + padding_rows, 0);
+  batch.positions.resize(num_tokens + padding_rows, 0);
   for (size_t g = 0; g < plan_.groups.size(); ++g) {
     const int64_t block_size = plan_.groups[g].spec.page.block_size;
-    AttentionMetadata meta;
+    AttentionMetadata& meta = metadata_[g];
     meta.num_actual_tokens = num_tokens;
+    meta.num_decode_tokens = 0;
     meta.block_table = blocks.table_data(g);
     meta.block_table_stride = blocks.table_stride(g);
-    meta.query_start.reserve(ordered.size() + 1);
-    meta.seq_lens.reserve(ordered.size());
-    meta.block_table_rows.reserve(ordered.size());
-    meta.slot_mapping.reserve(num_tokens);
-    meta.query_start.push_back(0);
+    meta.query_start.assign(1, 0);
+    meta.seq_lens.clear();
+    meta.block_table_rows.clear();
+    meta.slot_mapping.clear();
     for (const ScheduledChunk& chunk : ordered) {
       const int64_t id = chunk.request->id;
       const std::span<const int32_t> table = blocks.block_ids(id, g);
@@ -101,9 +115,37 @@ ForwardBatch ModelRunner::prepare(std::span<const ScheduledChunk> ordered,
         meta.slot_mapping.push_back(int64_t{table[p / block_size]} * block_size + p % block_size);
       }
     }
-    batch.group_metadata.push_back(std::move(meta));
   }
+  for (size_t p = 0; p < plans_.size(); ++p)
+    plans_[p]->update(metadata_[plan_groups_[p]], step);
+  if (on_device()) upload_tokens();
   return batch;
+}
+
+void ModelRunner::upload_tokens() {
+  ForwardBatch& batch = batch_;
+  const int64_t tokens = static_cast<int64_t>(batch.token_ids.size());
+  if (!device_ids_.defined() || device_ids_.size(0) < tokens) {
+    const int64_t capacity = std::max<int64_t>(tokens, 256);
+    device_ids_ = Tensor::empty({capacity}, DType::kI32, device_);
+    device_positions_ = Tensor::empty({capacity}, DType::kI64, device_);
+    ++token_buffers_;
+  }
+  Tensor host_ids = Tensor::empty({tokens}, DType::kI32);
+  Tensor host_positions = Tensor::empty({tokens}, DType::kI64);
+  std::memcpy(host_ids.raw_data(), batch.token_ids.data(), tokens * 4);
+  std::memcpy(host_positions.raw_data(), batch.positions.data(), tokens * 8);
+  batch.device_token_ids = device_ids_.narrow(0, 0, tokens);
+  batch.device_positions = device_positions_.narrow(0, 0, tokens);
+  batch.device_token_ids.copy_from(host_ids);
+  batch.device_positions.copy_from(host_positions);
+}
+
+int64_t ModelRunner::generation() const {
+  int64_t generation = token_buffers_;
+  for (const auto& plan : plans_)
+    generation += plan->generation();
+  return generation;
 }
 
 RunnerOutput ModelRunner::execute(std::span<const ScheduledChunk> chunks,
@@ -136,13 +178,11 @@ RunnerOutput ModelRunner::execute(std::span<const ScheduledChunk> chunks,
   }
   const bool decode_only = std::all_of(chunks.begin(), chunks.end(), is_decode);
   const int64_t count = static_cast<int64_t>(rows.size());
-  if (device_inputs_ && !enforce_eager_ && !model_.synchronizes_with_host() && decode_only &&
+  if (on_device() && !enforce_eager_ && !model_.synchronizes_with_host() && decode_only &&
       count <= kMaxGraphBatch && count == token) {
     output.logits = run_decode_graph(ordered, blocks);
   } else {
-    ForwardBatch inputs = prepare(ordered, blocks);
-    if (device_inputs_) device_inputs_->upload(inputs);
-    output.logits = logits_of(model_.forward(inputs), rows);
+    output.logits = logits_of(model_.forward(prepare(ordered, blocks)), rows);
   }
   return output;
 }
@@ -167,23 +207,21 @@ Tensor ModelRunner::run_decode_graph(std::span<const ScheduledChunk> ordered,
 #if PAGODA_HAVE_CUDA
   const int64_t batch = static_cast<int64_t>(ordered.size());
   const int64_t padded = graph_batch_size(batch);
-  ForwardBatch inputs = prepare(ordered, blocks, padded - batch);
+  const ForwardBatch& inputs =
+      prepare(ordered, blocks, padded - batch, {.padding_seqs = padded - batch, .graph = true});
   std::vector<int64_t> rows(padded);
   std::iota(rows.begin(), rows.end(), 0);
-  device_inputs_->fix_decode_splits(padded);
-  device_inputs_->upload(inputs, padded - batch);
   std::unique_ptr<DecodeGraph>& entry = graphs_[padded];
-  if (!entry || entry->generation != device_inputs_->generation()) {
+  if (!entry || entry->generation != generation()) {
     // An eager run sizes every cached buffer, so the capture allocates nothing; its logits are
     // dropped to free theirs, and the replay below computes the step again (rewriting the same
     // K/V).
     logits_of(model_.forward(inputs), rows);
     entry = std::make_unique<DecodeGraph>();
     entry->graph.capture([&] { entry->logits = logits_of(model_.forward(inputs), rows); });
-    entry->generation = device_inputs_->generation();
+    entry->generation = generation();
   }
   entry->graph.replay();
-  device_inputs_->free_decode_splits();
   return entry->logits.narrow(0, 0, batch);
 #else
   (void)ordered;

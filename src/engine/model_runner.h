@@ -1,13 +1,14 @@
-// Turns a scheduled batch into the step's device inputs — token ids, positions, slot mapping,
-// block tables and per-group attention metadata, built once — runs the model and returns logits.
+// Turns a scheduled batch into the step's inputs — token ids, positions, and per KV group the
+// attention metadata (slot mapping, block tables), built once and handed to the group's attention
+// plan — runs the model and returns logits. On a GPU, decode-only steps replay CUDA graphs.
 #pragma once
 
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <span>
 #include <vector>
 
-#include "engine/device_inputs.h"
 #include "engine/scheduler.h"
 #include "kv/kv_cache_manager.h"
 #include "model/causal_lm.h"
@@ -29,12 +30,14 @@ struct RunnerOptions {
 
 class ModelRunner {
  public:
+  // Makes an attention plan for each KV group the model's layers read, with the backend the KV
+  // plan names for them, on the cache's device.
   ModelRunner(CausalLm& model, const KvCachePlan& plan, const KvCache& cache,
               const RunnerOptions& options = {});
   ~ModelRunner();
 
   // Whether the model runs on a GPU, where its logits stay.
-  bool on_device() const { return device_inputs_ != nullptr; }
+  bool on_device() const { return !device_.is_cpu(); }
 
   // Runs one step over the chunks' tokens and returns the logits of each chunk's last
   // logits_rows[i] tokens. Decoding chunks (one token after a non-empty cache) run first. Every
@@ -42,24 +45,38 @@ class ModelRunner {
   RunnerOutput execute(std::span<const ScheduledChunk> chunks, std::span<const int64_t> logits_rows,
                        const KvCacheManager& blocks);
 
-  // The step's inputs: chunks in execution order, then `padding_tokens` padding rows (token 0,
-  // position 0), which the metadata leaves out of num_actual_tokens and the slot mapping, as a
-  // batch padded to a captured size is.
-  ForwardBatch prepare(std::span<const ScheduledChunk> ordered, const KvCacheManager& blocks,
-                       int64_t padding_tokens = 0) const;
+  // The step's inputs, ready for the model: chunks in execution order, then `padding_rows` rows
+  // (token 0, position 0) that the metadata leaves out of num_actual_tokens and the slot mapping.
+  // Updates every attention plan with the step (`step` says whether those rows are padding
+  // sequences of a CUDA graph's batch). Valid until the next call.
+  const ForwardBatch& prepare(std::span<const ScheduledChunk> ordered, const KvCacheManager& blocks,
+                              int64_t padding_rows = 0, const AttentionStep& step = {});
+  // Group `group`'s metadata of the last prepare().
+  const AttentionMetadata& metadata(int64_t group) const { return metadata_[group]; }
 
  private:
   // The logits of `rows` of a step's hidden states (when they are all the rows, without a copy).
   Tensor logits_of(const Tensor& hidden, const std::vector<int64_t>& rows) const;
   // A decode-only step of the `ordered` chunks through a graph padded to a captured size.
   Tensor run_decode_graph(std::span<const ScheduledChunk> ordered, const KvCacheManager& blocks);
+  // Copies the batch's ids and positions to the device, into buffers that keep their addresses.
+  void upload_tokens();
+  // Changes whenever a buffer a captured graph reads is replaced.
+  int64_t generation() const;
 
   CausalLm& model_;
   const KvCachePlan& plan_;
-  KvCache layer_views_;  // the model's layers' views of the cache
-  std::vector<int64_t> layer_groups_;
-  std::unique_ptr<DeviceInputs> device_inputs_;  // when the cache is on a GPU
+  Device device_;
   bool enforce_eager_ = false;
+  std::vector<KvCacheView> views_;                     // per model layer
+  std::vector<std::unique_ptr<AttentionPlan>> plans_;  // per (KV group, backend) the layers read
+  std::vector<int64_t> plan_groups_;                   // the KV group of each plan
+  std::vector<LayerAttention> layers_;                 // per model layer: its view and plan
+  std::vector<AttentionMetadata> metadata_;            // per KV group, rebuilt each step
+  ForwardBatch batch_;                                 // the step's inputs
+  Tensor device_ids_;                                  // [capacity] int32, on a GPU
+  Tensor device_positions_;                            // [capacity] int64, on a GPU
+  int64_t token_buffers_ = 0;                          // allocations of the two above
   struct DecodeGraph;
   std::map<int64_t, std::unique_ptr<DecodeGraph>> graphs_;  // by padded batch size
 };

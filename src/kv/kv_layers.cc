@@ -1,5 +1,9 @@
 #include "kv/kv_layers.h"
 
+#include <fmt/ranges.h>
+
+#include <algorithm>
+
 #include "core/error.h"
 
 namespace pagoda {
@@ -7,9 +11,12 @@ namespace {
 
 constexpr const char* kDraftPrefix = "draft.";
 
-void check_backend_supports(const KvLayer& layer) {
-  const AttentionFeatures features = layer.backend->features();
+// Refuses a layer its backend's kernels cannot compute, naming the layer and the limit.
+void check_backend_supports(const KvLayer& layer, DType kv_dtype) {
+  const AttentionSupport& support = layer.backend->support();
+  const AttentionFeatures& features = support.features;
   const LayerAttentionConfig& attention = layer.attention;
+  const std::string& backend = layer.backend->name();
   if (attention.kind == AttentionKind::kSliding && !features.sliding_window) {
     fail("layer {} uses sliding-window attention, which attention backend '{}' does not support",
          layer.name, layer.backend->name());
@@ -21,6 +28,29 @@ void check_backend_supports(const KvLayer& layer) {
   if (attention.kv_source != KvSource::kOwn && !features.cache_only_queries) {
     fail("layer {} reads another layer's KV cache, which attention backend '{}' does not support",
          layer.name, layer.backend->name());
+  }
+  const std::pair<int64_t, int64_t> sizes{attention.head_size_k, attention.head_size_v};
+  if (!support.head_sizes.empty() && std::find(support.head_sizes.begin(), support.head_sizes.end(),
+                                               sizes) == support.head_sizes.end()) {
+    std::vector<std::string> known;
+    for (const auto& [k, v] : support.head_sizes)
+      known.push_back(k == v ? std::to_string(k) : fmt::format("{}/{}", k, v));
+    fail("layer {} has K/V head sizes {}/{}; attention backend '{}' takes head sizes {}",
+         layer.name, sizes.first, sizes.second, backend, fmt::join(known, ", "));
+  }
+  const int64_t q_per_kv = attention.num_q_heads / attention.num_kv_heads;
+  if (support.max_q_per_kv > 0 && q_per_kv > support.max_q_per_kv) {
+    fail("layer {} has {} query heads per KV head; attention backend '{}' takes at most {}",
+         layer.name, q_per_kv, backend, support.max_q_per_kv);
+  }
+  if (!support.cache_dtypes.empty() &&
+      std::find(support.cache_dtypes.begin(), support.cache_dtypes.end(), kv_dtype) ==
+          support.cache_dtypes.end()) {
+    std::vector<std::string_view> known;
+    for (DType dtype : support.cache_dtypes)
+      known.push_back(dtype_name(dtype));
+    fail("layer {}: attention backend '{}' keeps its KV cache in {}, not {}", layer.name, backend,
+         fmt::join(known, " or "), dtype_name(kv_dtype));
   }
 }
 
@@ -84,7 +114,7 @@ void append_model(std::vector<KvLayer>& layers, const ModelConfig& model, ModelR
     layer.role = role;
     layer.name = (layer.is_drafter() ? kDraftPrefix : "") + layer.attention.name;
     layer.backend = backend;
-    check_backend_supports(layer);
+    check_backend_supports(layer, options.dtype);
 
     int64_t source = -1;
     switch (layer.attention.kv_source) {

@@ -2,31 +2,25 @@
 #pragma once
 
 #include <memory>
+#include <span>
 #include <vector>
 
-#include "attention/metadata.h"
+#include "attention/attention_plan.h"
 #include "core/tensor.h"
-#include "kv/kv_cache_plan.h"
 #include "model/model_config.h"
 #include "model/weights.h"
 
 namespace pagoda {
 
-namespace cuda {
-class AttentionPlan;
-}
-
 // One step's inputs, built by the model runner once and read by every layer.
 struct ForwardBatch {
-  std::vector<int32_t> token_ids;                      // [T]
-  std::vector<int64_t> positions;                      // [T]
-  std::vector<AttentionMetadata> group_metadata;       // per KV cache group
-  const KvCache* kv_cache = nullptr;                   // per-layer cache views
-  const std::vector<int64_t>* layer_groups = nullptr;  // attention layer -> its cache's group
-  // A model on a GPU also gets the ids and positions there, and each group's device metadata.
-  Tensor device_token_ids;                        // [T] int32
-  Tensor device_positions;                        // [T] int64
-  std::vector<cuda::AttentionPlan*> group_plans;  // per KV cache group
+  std::vector<int32_t> token_ids;  // [T]
+  std::vector<int64_t> positions;  // [T]
+  // A model on a GPU also gets the ids and positions there.
+  Tensor device_token_ids;  // [T] int32
+  Tensor device_positions;  // [T] int64
+  // Per attention layer of the model: its cache view and its group's plan, updated for the step.
+  std::span<const LayerAttention> attention;
 };
 
 class CausalLm {

@@ -15,7 +15,14 @@ namespace {
 class KvFirstBackend final : public AttentionBackend {
  public:
   std::string name() const override { return "kv-first"; }
-  AttentionFeatures features() const override { return {}; }
+  const AttentionSupport& support() const override {
+    static const AttentionSupport none;
+    return none;
+  }
+  DeviceType device_type() const override { return DeviceType::kCpu; }
+  std::unique_ptr<AttentionPlan> make_plan(const AttentionGroup&) const override {
+    fail("a layout-only backend runs nothing");
+  }
   std::vector<int> kv_cache_stride_order(const KvPageShape&, LayersDim layers) const override {
     if (layers == LayersDim::kIncluded) return {0, 2, 1, 3, 4, 5};
     return {1, 0, 2, 3, 4};

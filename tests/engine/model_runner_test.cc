@@ -44,8 +44,8 @@ TEST(ModelRunnerTest, BuildsMetadataWithDecodesFirst) {
   const ForwardBatch& seen = recorder.seen;
   EXPECT_EQ(seen.token_ids, (std::vector<int32_t>{20, 10, 11, 12, 13}));  // the decode first
   EXPECT_EQ(seen.positions, (std::vector<int64_t>{32, 16, 17, 18, 19}));
-  ASSERT_EQ(seen.group_metadata.size(), 2u);
-  const AttentionMetadata& full = seen.group_metadata[0];
+  ASSERT_EQ(plan.groups.size(), 2u);
+  const AttentionMetadata& full = runner.metadata(0);
   EXPECT_EQ(full.num_decode_tokens, 1);
   EXPECT_EQ(full.query_start, (std::vector<int64_t>{0, 1, 5}));
   EXPECT_EQ(full.seq_lens, (std::vector<int64_t>{33, 20}));
@@ -58,7 +58,7 @@ TEST(ModelRunnerTest, BuildsMetadataWithDecodesFirst) {
   ASSERT_EQ(full.block_table_rows.size(), 2u);
   EXPECT_TRUE(std::equal(decode_blocks.begin(), decode_blocks.end(), full.blocks_of(0)));
   EXPECT_TRUE(std::equal(prefill_blocks.begin(), prefill_blocks.end(), full.blocks_of(1)));
-  const AttentionMetadata& sliding = seen.group_metadata[1];
+  const AttentionMetadata& sliding = runner.metadata(1);
   EXPECT_EQ(sliding.slot_mapping[1], int64_t{blocks.block_ids(0, 1)[0]} * 32 + 16);
   // Logits: every row of the prefill (it asked for all), the last of the decode; caller's order.
   ASSERT_EQ(output.logits.size(0), 5);

@@ -108,6 +108,41 @@ TEST(KvLayersTest, BackendMustSupportTheLayers) {
                {"K head size 192", "V head size 128", "'plain'"});
 }
 
+// What a backend's kernels take is checked when the cache is planned, before weights load, with
+// the layer and the limit named.
+TEST(KvLayersTest, BackendShapesAndDtypesAreCheckedAtPlanning) {
+  const PagedAttentionBackend narrow("narrow", PageOrder::kNhd,
+                                     {.features = kAllAttentionFeatures,
+                                      .head_sizes = {{64, 64}, {192, 128}},
+                                      .max_q_per_kv = 4,
+                                      .cache_dtypes = {DType::kBF16}});
+  const ModelConfig target = model_of({full_layer(1, 64)});
+  expect_error([&] { kv_layers(target, &target, &narrow, DType::kF32); },
+               {"draft.model.layers.0.self_attn", "'narrow'", "bfloat16, not float32"});
+  const ModelConfig wide = model_of({full_layer(1, 64), full_layer(2, 96)});
+  expect_error(
+      [&] { kv_layers(target, &wide, &narrow); },
+      {"draft.model.layers.1.self_attn", "K/V head sizes 96/96", "takes head sizes 64, 192/128"});
+  ModelConfig grouped = model_of({full_layer(1, 64)});
+  grouped.layers[0].num_q_heads = 8;
+  expect_error([&] { kv_layers(target, &grouped, &narrow); },
+               {"draft.model.layers.0.self_attn", "8 query heads per KV head", "at most 4"});
+  EXPECT_NO_THROW(kv_layers(target, &target, &narrow));
+}
+
+#if PAGODA_HAVE_CUDA
+// The CUDA kernels' limits, declared by their backend, refuse a model before it runs.
+TEST(KvLayersTest, TheCudaBackendRefusesWhatItsKernelsCannotRun) {
+  const ModelConfig model = model_of({full_layer(2, 128), full_layer(2, 96)});
+  expect_error(
+      [&] {
+        build_kv_layers(model, nullptr,
+                        {.dtype = DType::kBF16, .backend = &find_attention_backend("cuda")});
+      },
+      {"model.layers.1.self_attn", "K/V head sizes 96/96", "'cuda'", "128, 192/128"});
+}
+#endif
+
 TEST(KvLayersTest, SomeLayerMustOwnKv) {
   ModelConfig model = model_of({full_layer(1, 64)});
   model.layers.clear();

@@ -79,8 +79,15 @@ void expect_error(Call&& call, const std::vector<std::string>& fragments) {
 class LayersOutermostBackend final : public AttentionBackend {
  public:
   std::string name() const override { return "layers-outermost"; }
-  AttentionFeatures features() const override {
-    return {.sliding_window = true, .split_kv_head_sizes = true, .cache_only_queries = true};
+  const AttentionSupport& support() const override {
+    static const AttentionSupport support{.features = {.sliding_window = true,
+                                                       .split_kv_head_sizes = true,
+                                                       .cache_only_queries = true}};
+    return support;
+  }
+  DeviceType device_type() const override { return DeviceType::kCpu; }
+  std::unique_ptr<AttentionPlan> make_plan(const AttentionGroup&) const override {
+    fail("a layout-only backend runs nothing");
   }
   std::vector<int> kv_cache_stride_order(const KvPageShape& page, LayersDim layers) const override {
     std::vector<int> order(paged_kv_shape(1, page, layers).size());

@@ -10,6 +10,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "attention/cpu/cpu_backend.h"
 #include "engine/cache_setup.h"
 #include "engine/model_runner.h"
 #include "engine/sampler.h"
@@ -59,11 +60,16 @@ TEST_P(Gemma4AssistantDraftTest, DraftsLikeTransformers) {
     EXPECT_FALSE(setup.plan.layers[i].owns_kv());
   }
   const KvCache cache = allocate_kv_cache(setup.plan, Device::cpu());
-  KvCache assistant_views;
-  std::vector<int64_t> assistant_groups;
+  // The assistant's layers read the target's caches through plans of their own.
+  std::vector<std::unique_ptr<AttentionPlan>> plans;
+  for (const KvGroup& group : setup.plan.groups) {
+    plans.push_back(cpu_attention_backend().make_plan(
+        {.page = group.spec.page, .max_model_len = 256, .device = Device::cpu()}));
+  }
+  std::vector<LayerAttention> assistant_layers;
   for (size_t i = target_layers; i < setup.plan.layers.size(); ++i) {
-    assistant_views.views.push_back(cache.views[i]);
-    assistant_groups.push_back(setup.plan.placements[i].group);
+    assistant_layers.push_back(
+        {.cache = &cache.views[i], .plan = plans[setup.plan.placements[i].group].get()});
   }
 
   std::ifstream file(c.reference);
@@ -86,10 +92,10 @@ TEST_P(Gemma4AssistantDraftTest, DraftsLikeTransformers) {
     // The drafting batch: one query at the draft position, the target's pages as they are.
     ForwardBatch draft_batch;
     draft_batch.positions = {prompt["draft_position"].get<int64_t>()};
-    draft_batch.kv_cache = &assistant_views;
-    draft_batch.layer_groups = &assistant_groups;
+    draft_batch.attention = assistant_layers;
+    std::vector<AttentionMetadata> metadata(setup.plan.groups.size());
     for (size_t g = 0; g < setup.plan.groups.size(); ++g) {
-      AttentionMetadata meta;
+      AttentionMetadata& meta = metadata[g];
       meta.num_actual_tokens = 1;
       meta.query_start = {0, 1};
       meta.seq_lens = {length};
@@ -97,7 +103,7 @@ TEST_P(Gemma4AssistantDraftTest, DraftsLikeTransformers) {
       meta.block_table_stride = blocks.table_stride(g);
       meta.block_table_rows = {blocks.table_row(0)};
       meta.slot_mapping = {-1};
-      draft_batch.group_metadata.push_back(meta);
+      plans[g]->update(meta, {});
     }
     const Tensor cache_before = cache.buffers[0].clone();
     Tensor state = last_hidden;

@@ -1,5 +1,6 @@
-// The CPU attention backend's declared layout and capabilities. Its kernels read pages in NHD
-// order through a runtime block stride, so padded and interleaved pages are safe for it.
+// The CPU attention backend: its declared layout and capabilities, and its plans, which run the
+// CPU kernel (cpu_attention.h) over the step's host metadata. Its kernels read pages in NHD order
+// through a runtime block stride, so padded and interleaved pages are safe for it.
 #pragma once
 
 #include "attention/backend.h"

@@ -5,7 +5,7 @@
 #include <algorithm>
 
 #include "attention/cuda/attention_kernel.cuh"
-#include "attention/cuda/attention_plan.h"
+#include "attention/cuda/device_metadata.h"
 #include "attention/cuda/paged_attention.h"
 #include "core/cuda/context.h"
 #include "core/cuda/launch.h"
@@ -157,23 +157,17 @@ int64_t decode_splits_for(int64_t head_size_k, int64_t head_size_v, int64_t pair
   return choose_decode_splits(pairs, max_seq_len);
 }
 
-bool paged_attention_supports(int64_t head_size_k, int64_t head_size_v, int64_t q_per_kv) {
-  const int64_t k = head_size_k;
-  const bool sizes =
-      (k == head_size_v && (k == 16 || k == 32 || k == 64 || k == 128 || k == 256 || k == 512)) ||
-      (k == 192 && head_size_v == 128) || (k == 24 && head_size_v == 16);
-  return sizes && q_per_kv >= 1 && q_per_kv <= 64;
-}
-
 void paged_attention(const AttentionLayerParams& params, const Tensor& query, const Tensor& key,
-                     const Tensor& value, const KvCacheView& cache, AttentionPlan& plan,
+                     const Tensor& value, const KvCacheView& cache, DeviceMetadata& plan,
                      const Tensor& output) {
   const int64_t hq = params.num_q_heads;
   const int64_t hkv = params.num_kv_heads;
   const int64_t dk = params.head_size_k;
   const int64_t dv = params.head_size_v;
   PAGODA_CHECK(key.defined() == value.defined(), "key and value must both be given or absent");
-  PAGODA_CHECK(hq % hkv == 0 && paged_attention_supports(dk, dv, hq / hkv),
+  PAGODA_CHECK(hq % hkv == 0 && hq / hkv <= kMaxQueriesPerKvHead &&
+                   std::find(kHeadSizes.begin(), kHeadSizes.end(), std::pair{dk, dv}) !=
+                       kHeadSizes.end(),
                "CUDA attention: {} query / {} KV heads of sizes {} / {}", hq, hkv, dk, dv);
   PAGODA_CHECK(query.dtype() == DType::kBF16 && output.dtype() == DType::kBF16 &&
                    cache.key.dtype() == DType::kBF16 && cache.value.dtype() == DType::kBF16,

@@ -1,21 +1,26 @@
 // CUDA paged attention (DESIGN.md §4): KV writes through the slot mapping, then one tensor-core
 // kernel for decode and prefill rows. Pages are addressed through runtime block, token and head
-// strides, so NHD, HND and padded pages all work. Requires a bf16 cache, bf16 queries, and head
-// sizes (K, V) of (16, 16), (32, 32), (64, 64), (128, 128), (256, 256), (192, 128) or (24, 16).
+// strides, so NHD, HND and padded pages all work. Requires a bf16 cache, bf16 queries, and a
+// layer within kHeadSizes and kMaxQueriesPerKvHead.
 #pragma once
 
+#include <array>
 #include <cstdint>
+#include <utility>
 
-#include "attention/backend.h"
-#include "attention/cpu/cpu_attention.h"
+#include "attention/attention_plan.h"
 #include "core/tensor.h"
 
 namespace pagoda::cuda {
 
-class AttentionPlan;
+class DeviceMetadata;
 
-// True when the CUDA kernels compute a layer of these head sizes and GQA ratio.
-bool paged_attention_supports(int64_t head_size_k, int64_t head_size_v, int64_t q_per_kv);
+// The (K, V) head sizes the kernels are instantiated for: the one list that the backend declares,
+// paged_attention() checks and the kernel dispatch covers (tests/attention checks each).
+inline constexpr std::array<std::pair<int64_t, int64_t>, 8> kHeadSizes = {
+    {{16, 16}, {24, 16}, {32, 32}, {64, 64}, {128, 128}, {192, 128}, {256, 256}, {512, 512}}};
+// Query heads per KV head the kernels take.
+inline constexpr int64_t kMaxQueriesPerKvHead = 64;
 
 // KV splits the decode kernel uses for `pairs` (sequence, KV head) pairs of at most `max_seq_len`
 // tokens: what a plan's fixed_decode_splits should be for a CUDA graph captured at that size.
@@ -27,7 +32,7 @@ int64_t decode_splits_for(int64_t head_size_k, int64_t head_size_v, int64_t pair
 // bf16, contiguous. params.sinks, when set, points at [Hq] f32 in device memory. Only the plan's
 // real rows are read or written. Queued on cuda::stream().
 void paged_attention(const AttentionLayerParams& params, const Tensor& query, const Tensor& key,
-                     const Tensor& value, const KvCacheView& cache, AttentionPlan& plan,
+                     const Tensor& value, const KvCacheView& cache, DeviceMetadata& plan,
                      const Tensor& output);
 
 }  // namespace pagoda::cuda

@@ -2,7 +2,6 @@
 
 #include <cmath>
 
-#include "attention/paged_attention.h"
 #include "ops/ops.h"
 
 namespace pagoda {
@@ -132,10 +131,16 @@ SelfAttention::SelfAttention(WeightSource& weights, const std::string& prefix, i
           RmsNorm::load(weights, prefix + ".k_norm.weight", layer.head_size_k, options.norm_eps);
     }
   }
+  // f32 values on the model's device, as the attention and RoPE kernels read them.
+  auto on_device = [&](const std::vector<float>& values) {
+    Tensor host = Tensor::empty({static_cast<int64_t>(values.size())}, DType::kF32);
+    std::copy(values.begin(), values.end(), host.data<float>());
+    return weights.device().is_cpu() ? host : host.to(weights.device());
+  };
   if (options.sinks) {
     const std::string name =
         prefix + (weights.has(prefix + ".sinks") ? ".sinks" : ".attention_sink_bias");
-    sinks_ = cpu::to_floats(weights.get(name, {layer.num_q_heads}));
+    sinks_ = on_device(cpu::to_floats(weights.get(name, {layer.num_q_heads})));
   }
   inverse_frequencies_ = rope_inverse_frequencies(rope);
   rotary_dim_ = rope.rotary_dim;
@@ -143,14 +148,7 @@ SelfAttention::SelfAttention(WeightSource& weights, const std::string& prefix, i
     if (owns_kv_ && !options.k_eq_v) {
       qkv_proj_ = stack_rows({q_proj_, k_proj_, v_proj_});
     }
-    // The GPU kernels read f32 frequencies and sinks from device memory.
-    auto upload = [&](const std::vector<float>& values) {
-      Tensor host = Tensor::empty({static_cast<int64_t>(values.size())}, DType::kF32);
-      std::copy(values.begin(), values.end(), host.data<float>());
-      return host.to(weights.device());
-    };
-    device_frequencies_ = upload(inverse_frequencies_);
-    if (!sinks_.empty()) device_sinks_ = upload(sinks_);
+    device_frequencies_ = on_device(inverse_frequencies_);
   }
 }
 
@@ -229,12 +227,10 @@ Tensor SelfAttention::attend(const Tensor& x, const Tensor& q, const Tensor& k, 
                              const ForwardBatch& batch, int64_t layer_index) const {
   const AttentionLayerParams& p = params_;
   Tensor attended = ops::like(x, {x.size(0), p.num_q_heads * p.head_size_v});
-  const int64_t group = (*batch.layer_groups)[layer_index];
   AttentionLayerParams params = p;
-  if (!sinks_.empty()) params.sinks = sinks_.data();
-  paged_attention(params, device_sinks_, q, k, v, batch.kv_cache->views[layer_index],
-                  batch.group_metadata[group],
-                  batch.group_plans.empty() ? nullptr : batch.group_plans[group], attended);
+  if (sinks_.defined()) params.sinks = sinks_.data<float>();
+  const LayerAttention& layer = batch.attention[layer_index];
+  layer.plan->forward(params, q, k, v, *layer.cache, attended);
   return project(attended, o_proj_);
 }
 

@@ -6,7 +6,6 @@
 #include <string>
 #include <vector>
 
-#include "attention/cpu/cpu_attention.h"
 #include "model/causal_lm.h"
 #include "ops/cpu/ops.h"
 #include "ops/ops.h"
@@ -83,11 +82,10 @@ class SelfAttention {
   Tensor qkv_proj_;  // [q + k + v, hidden] on a GPU, for a layer with its own K and V (not K = V)
   std::optional<RmsNorm> q_norm_, k_norm_;
   std::optional<RmsNormParams> v_norm_;  // without a weight, with options_.v_norm
-  std::vector<float> sinks_;             // [num_q_heads] when options_.sinks
+  Tensor sinks_;  // [num_q_heads] f32 on the model's device, when options_.sinks
   std::vector<float> inverse_frequencies_;
   int64_t rotary_dim_ = 0;
   Tensor device_frequencies_;  // [rotary_dim / 2] f32, for a model on a GPU
-  Tensor device_sinks_;        // [num_q_heads] f32, likewise
 };
 
 // A pre-norm decoder over the batch's tokens: hidden = embed(tokens); per layer, hidden +=

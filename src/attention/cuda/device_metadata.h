@@ -1,6 +1,7 @@
-// The device copy of one KV cache group's attention metadata for a step: uploaded once and read by
-// every layer of the group (plan once, run per layer). Buffers keep their addresses across steps,
-// so a CUDA graph captured over one step replays correctly after the next update().
+// The device copy of one KV cache group's attention metadata for a step, with the split-KV scratch
+// of its decode kernel: uploaded once and read by every layer of the group. Buffers keep their
+// addresses across steps, so a CUDA graph captured over one step replays correctly after the next
+// update(). The CUDA backend's plans (cuda_backend.h) own one each and size it.
 #pragma once
 
 #include <cstdint>
@@ -11,15 +12,15 @@
 
 namespace pagoda::cuda {
 
-class AttentionPlan {
+class DeviceMetadata {
  public:
   // Sized for at most `max_seqs` sequences, `max_tokens` query rows and `max_blocks_per_seq`
   // blocks per sequence.
-  AttentionPlan(int64_t max_seqs, int64_t max_tokens, int64_t max_blocks_per_seq,
-                int64_t block_size);
-  ~AttentionPlan();
-  AttentionPlan(const AttentionPlan&) = delete;
-  AttentionPlan& operator=(const AttentionPlan&) = delete;
+  DeviceMetadata(int64_t max_seqs, int64_t max_tokens, int64_t max_blocks_per_seq,
+                 int64_t block_size);
+  ~DeviceMetadata();
+  DeviceMetadata(const DeviceMetadata&) = delete;
+  DeviceMetadata& operator=(const DeviceMetadata&) = delete;
 
   // Copies the step's metadata to the device (asynchronously on cuda::stream()). A decode-only
   // step may add `padding_seqs` sequences of one token over the null block, written nowhere, to

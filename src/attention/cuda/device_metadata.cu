@@ -2,7 +2,7 @@
 #include <atomic>
 #include <cstring>
 
-#include "attention/cuda/attention_plan.h"
+#include "attention/cuda/device_metadata.h"
 #include "core/cuda/context.h"
 
 namespace pagoda::cuda {
@@ -19,7 +19,7 @@ int64_t round_up(int64_t value, int64_t multiple) {
 // One pinned staging area and one device area with the same layout:
 //   [query_start: max_seqs + 1][seq_lens: max_seqs] int32, then slot_mapping: max_tokens int64,
 //   then block_table: max_seqs * max_blocks_per_seq int32.
-struct AttentionPlan::Buffers {
+struct DeviceMetadata::Buffers {
   std::byte* host = nullptr;
   std::byte* device = nullptr;
   int64_t slot_offset = 0;
@@ -40,7 +40,7 @@ struct AttentionPlan::Buffers {
   }
 };
 
-AttentionPlan::AttentionPlan(int64_t max_seqs, int64_t max_tokens, int64_t max_blocks_per_seq,
+DeviceMetadata::DeviceMetadata(int64_t max_seqs, int64_t max_tokens, int64_t max_blocks_per_seq,
                              int64_t block_size)
     : buffers_(std::make_unique<Buffers>()),
       max_seqs_(max_seqs),
@@ -59,9 +59,9 @@ AttentionPlan::AttentionPlan(int64_t max_seqs, int64_t max_tokens, int64_t max_b
   PAGODA_CUDA_CHECK(cudaEventCreateWithFlags(&b.uploaded, cudaEventDisableTiming));
 }
 
-AttentionPlan::~AttentionPlan() = default;
+DeviceMetadata::~DeviceMetadata() = default;
 
-void AttentionPlan::update(const AttentionMetadata& metadata, int64_t padding_seqs) {
+void DeviceMetadata::update(const AttentionMetadata& metadata, int64_t padding_seqs) {
   PAGODA_CHECK(padding_seqs == 0 || metadata.num_decode_tokens == metadata.num_seqs(),
                "only a decode-only step is padded");
   const int64_t real_seqs = metadata.num_seqs();
@@ -129,27 +129,27 @@ void AttentionPlan::update(const AttentionMetadata& metadata, int64_t padding_se
   PAGODA_CUDA_CHECK(cudaEventRecord(b.uploaded, s));
 }
 
-int64_t AttentionPlan::scratch_generation() {
+int64_t DeviceMetadata::scratch_generation() {
   return reallocations.load();
 }
 
-const int32_t* AttentionPlan::query_start() const {
+const int32_t* DeviceMetadata::query_start() const {
   return reinterpret_cast<const int32_t*>(buffers_->device);
 }
 
-const int32_t* AttentionPlan::seq_lens() const {
+const int32_t* DeviceMetadata::seq_lens() const {
   return query_start() + max_seqs_ + 1;
 }
 
-const int64_t* AttentionPlan::slot_mapping() const {
+const int64_t* DeviceMetadata::slot_mapping() const {
   return reinterpret_cast<const int64_t*>(buffers_->device + buffers_->slot_offset);
 }
 
-const int32_t* AttentionPlan::block_table() const {
+const int32_t* DeviceMetadata::block_table() const {
   return reinterpret_cast<const int32_t*>(buffers_->device + buffers_->table_offset);
 }
 
-float* AttentionPlan::partials(int64_t floats) {
+float* DeviceMetadata::partials(int64_t floats) {
   Buffers& b = *buffers_;
   if (floats > b.partial_floats) {
     PAGODA_CHECK(!stream_is_capturing(), "attention scratch must be sized before graph capture");
@@ -164,7 +164,7 @@ float* AttentionPlan::partials(int64_t floats) {
   return b.partials;
 }
 
-int32_t* AttentionPlan::counters(int64_t count) {
+int32_t* DeviceMetadata::counters(int64_t count) {
   Buffers& b = *buffers_;
   if (count > b.counter_count) {
     PAGODA_CHECK(!stream_is_capturing(), "attention scratch must be sized before graph capture");

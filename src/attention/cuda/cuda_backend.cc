@@ -1,0 +1,76 @@
+#include "attention/cuda/cuda_backend.h"
+
+#include <algorithm>
+
+#include "attention/cuda/device_metadata.h"
+#include "attention/cuda/paged_attention.h"
+
+namespace pagoda {
+namespace {
+
+class CudaAttentionPlan final : public AttentionPlan {
+ public:
+  explicit CudaAttentionPlan(const AttentionGroup& group) : group_(group) {}
+
+  void update(const AttentionMetadata& metadata, const AttentionStep& step) override {
+    const int64_t seqs = metadata.num_seqs() + step.padding_seqs;
+    const int64_t tokens = metadata.num_actual_tokens + step.padding_seqs;
+    const int64_t blocks_per_seq = metadata.block_table_stride;
+    // Buffers for the largest step so far; a larger one replaces them, with room to grow.
+    if (!device_ || seqs > seqs_ || tokens > tokens_ || blocks_per_seq > blocks_per_seq_) {
+      seqs_ = std::max(seqs, seqs_ * 2);
+      tokens_ = std::max(tokens, tokens_ * 2);
+      blocks_per_seq_ = std::max(blocks_per_seq, blocks_per_seq_);
+      device_.reset();
+      device_ = std::make_unique<cuda::DeviceMetadata>(
+          std::max<int64_t>(seqs_, 1), std::max<int64_t>(tokens_, 1),
+          std::max<int64_t>(blocks_per_seq_, 1), group_.page.block_size);
+      ++reallocations_;
+    }
+    // A graph's grid is captured, so its split count is the one for its batch size.
+    const KvPageShape& page = group_.page;
+    device_->fixed_decode_splits =
+        step.graph ? cuda::decode_splits_for(page.head_size_k, page.head_size_v,
+                                             seqs * page.num_kv_heads, group_.max_model_len)
+                   : 0;
+    device_->update(metadata, step.padding_seqs);
+  }
+
+  void forward(const AttentionLayerParams& params, const Tensor& query, const Tensor& key,
+               const Tensor& value, const KvCacheView& cache, const Tensor& output) override {
+    PAGODA_CHECK(device_ != nullptr, "attention before the plan's first update");
+    cuda::paged_attention(params, query, key, value, cache, *device_, output);
+  }
+
+  int64_t generation() const override {
+    return reallocations_ + cuda::DeviceMetadata::scratch_generation();
+  }
+
+ private:
+  AttentionGroup group_;
+  std::unique_ptr<cuda::DeviceMetadata> device_;
+  int64_t seqs_ = 0, tokens_ = 0, blocks_per_seq_ = 0;  // what device_ holds
+  int64_t reallocations_ = 0;
+};
+
+std::unique_ptr<AttentionPlan> make_cuda_plan(const AttentionGroup& group) {
+  return std::make_unique<CudaAttentionPlan>(group);
+}
+
+AttentionSupport cuda_support() {
+  AttentionSupport support{.features = kAllAttentionFeatures,
+                           .max_q_per_kv = cuda::kMaxQueriesPerKvHead,
+                           .cache_dtypes = {DType::kBF16}};
+  support.head_sizes.assign(cuda::kHeadSizes.begin(), cuda::kHeadSizes.end());
+  return support;
+}
+
+}  // namespace
+
+const AttentionBackend& cuda_attention_backend() {
+  static const PagedAttentionBackend backend("cuda", PageOrder::kNhd, cuda_support(),
+                                             DeviceType::kCuda, make_cuda_plan);
+  return backend;
+}
+
+}  // namespace pagoda
