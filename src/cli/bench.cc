@@ -20,6 +20,8 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+constexpr int64_t kMaxBatchSize = int64_t{1} << 20;
+
 struct BenchOptions {
   ModelFlags paths;
   int64_t batch_size = 0;
@@ -100,6 +102,9 @@ void check_positive(const char* flag, int64_t value) {
 EngineFlags fit_engine_flags(const BenchOptions& options, const ModelConfig& config,
                              const CLI::App& command) {
   check_positive("--batch-size", options.batch_size);
+  if (options.batch_size > kMaxBatchSize) {
+    fail("--batch-size {}: must be at most {}", options.batch_size, kMaxBatchSize);
+  }
   check_positive("--input-len", options.input_len);
   check_positive("--output-len", options.output_len);
   check_positive("--num-iters", options.num_iters);
@@ -250,21 +255,15 @@ void run_bench(const BenchOptions& options, const CLI::App& command) {
   const EngineFlags engine_flags = fit_engine_flags(options, config, command);
   // Plan before loading weights, so bad flags fail fast. Without a budget, the pool holds exactly
   // the batch.
-  CacheFlags flags = device_cache_flags(engine_flags);
-  CacheSetup setup = plan_cache(config, nullptr, flags);
-  if (flags.kv_cache_memory.empty() && !flags.num_blocks) {
-    const int64_t longest = options.input_len + options.output_len;
-    flags.num_blocks =
-        std::max(kNullBlocks + options.batch_size * setup.plan.blocks_for_sequence(longest),
-                 setup.plan.num_blocks);
-    setup = plan_cache(config, nullptr, flags);
-  }
+  const std::vector<int64_t> lengths(options.batch_size, options.input_len + options.output_len);
+  const KvCachePlan plan =
+      plan_cache(config, nullptr, engine_cache_config(engine_flags, config), lengths);
 
   const Clock::time_point load_start = Clock::now();
   std::unique_ptr<CausalLm> model = load_model(config, model_dir, engine_flags);
-  const KvCache cache = allocate_kv_cache(setup.plan, engine_device(engine_flags));
+  const KvCache cache = allocate_kv_cache(plan, engine_device(engine_flags));
   fmt::print(stderr, "loaded in {:.2f} s\n", seconds_since(load_start));
-  Engine engine(*model, setup.plan, cache, engine_config(config, setup.plan, engine_flags));
+  Engine engine(*model, plan, cache, engine_config(config, plan, engine_flags));
   std::mt19937_64 rng(engine_flags.seed);
   for (int64_t i = 0; i < options.warmup_iters; ++i)
     run_iteration(engine, options, config.vocab_size, rng);

@@ -1,5 +1,8 @@
 #include "cli/cache_flags.h"
 
+#include "core/error.h"
+#include "core/units.h"
+
 namespace pagoda {
 
 void add_cache_flags(CLI::App& command, CacheFlags& flags) {
@@ -13,12 +16,34 @@ void add_cache_flags(CLI::App& command, CacheFlags& flags) {
                      "Longest sequence (default: the model's max_position_embeddings)");
   command.add_option("--dtype", flags.dtype, "KV dtype: auto, float32, bfloat16, float16")
       ->capture_default_str();
-  command.add_option("--attention-backend", flags.attention_backend, "Attention backend")
+  command
+      .add_option("--attention-backend", flags.attention_backend,
+                  "Attention backend that runs: auto (the device's), cpu or cuda")
       ->capture_default_str();
   command
       .add_option("--kv-buffer-layout", flags.buffer_layout,
                   "separate (a buffer per slot) or interleaved (one buffer)")
       ->capture_default_str();
+}
+
+CacheConfig parse_cache_flags(const CacheFlags& flags) {
+  CacheConfig config;
+  if (flags.dtype != "auto") {
+    config.dtype = parse_dtype(flags.dtype);
+    if (!is_floating(*config.dtype)) {
+      fail("--dtype {} is not a floating type; expected auto, float32, bfloat16 or float16",
+           flags.dtype);
+    }
+  }
+  if (flags.attention_backend != "auto") {
+    config.backend = &find_attention_backend(flags.attention_backend);
+  }
+  config.block_size = flags.block_size;
+  config.max_model_len = flags.max_model_len;
+  if (!flags.kv_cache_memory.empty()) config.memory_bytes = parse_byte_size(flags.kv_cache_memory);
+  config.num_blocks = flags.num_blocks;
+  config.layout = parse_kv_buffer_layout(flags.buffer_layout);
+  return config;
 }
 
 }  // namespace pagoda

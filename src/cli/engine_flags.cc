@@ -71,37 +71,10 @@ Device engine_device(const EngineFlags& flags) {
   return device;
 }
 
-CacheFlags device_cache_flags(const EngineFlags& flags) {
-  CacheFlags cache = flags.cache;
-  cache.max_num_batched_tokens = flags.scheduler.max_num_batched_tokens;
-  const bool gpu = !engine_device(flags).is_cpu();
-  if (cache.attention_backend == "auto") cache.attention_backend = gpu ? "cuda" : "cpu";
-  if (gpu) {
-    if (cache.dtype == "auto") cache.dtype = "bfloat16";
-    if (parse_dtype(cache.dtype) != DType::kBF16) {
-      fail("--dtype {}: the CUDA path runs bfloat16 (weights, activations and KV cache)",
-           cache.dtype);
-    }
-  }
-  return cache;
-}
-
-CacheFlags with_gpu_budget(const CacheFlags& flags, const EngineFlags& engine) {
-  const Device device = engine_device(engine);
-  if (device.is_cpu() || !flags.kv_cache_memory.empty() || flags.num_blocks) return flags;
-  constexpr int64_t kActivationReserve = int64_t{2} << 30;
-  const auto [free, total] = cuda_memory_info(device);
-  const int64_t allowed = static_cast<int64_t>(engine.gpu_memory_utilization * total);
-  const int64_t budget = allowed - (total - free) - kActivationReserve;
-  if (budget <= 0) {
-    fail(
-        "--gpu-memory-utilization {}: {} of {} bytes are in use after loading the model, leaving "
-        "no room for a KV cache",
-        engine.gpu_memory_utilization, total - free, total);
-  }
-  CacheFlags out = flags;
-  out.kv_cache_memory = std::to_string(budget);
-  return out;
+CacheConfig engine_cache_config(const EngineFlags& flags, const ModelConfig& target) {
+  CacheConfig config = parse_cache_flags(flags.cache);
+  config.max_num_batched_tokens = flags.scheduler.max_num_batched_tokens;
+  return resolve_cache_config(config, target, engine_device(flags));
 }
 
 std::unique_ptr<CausalLm> load_model(const ModelConfig& config, const std::string& model_dir,

@@ -44,20 +44,15 @@ void add_sampling_filter_flags(CLI::App& command, SamplingParams& sampling);
 // The device --device names. Error for an unknown name, a build without CUDA or a missing GPU.
 Device engine_device(const EngineFlags& flags);
 
-// The cache flags as the device needs them: on a GPU the attention backend "auto" is cuda and a
-// KV dtype "auto" is bfloat16 (another dtype is an Error); on the CPU "auto" is cpu.
-CacheFlags device_cache_flags(const EngineFlags& flags);
-
-// Without --kv-cache-memory or --num-blocks, a KV budget for a GPU from
-// --gpu-memory-utilization and what is free once the model is loaded: (utilization x total) minus
-// what is in use, minus a reserve for activations. Returns flags with the budget set.
-CacheFlags with_gpu_budget(const CacheFlags& flags, const EngineFlags& engine);
+// The KV cache the flags ask for, with the scheduler's token budget, resolved for --device and
+// `target` (resolve_cache_config). Error for a flag that does not parse or does not fit.
+CacheConfig engine_cache_config(const EngineFlags& flags, const ModelConfig& target);
 
 // The model of `model_dir` as the flags say (its checkpoint, or dummy weights). Error for a device
 // that cannot run it or a bad checkpoint.
 std::unique_ptr<CausalLm> load_model(const ModelConfig& config, const std::string& model_dir,
                                      const EngineFlags& flags);
 EngineConfig engine_config(const ModelConfig& config, const KvCachePlan& plan,
-                                 const EngineFlags& flags);
+                           const EngineFlags& flags);
 
 }  // namespace pagoda

@@ -121,28 +121,24 @@ void run_generate(const GenerateOptions& options) {
   }
 
   const ModelConfig config = load_model_config(model_dir);
-  // Plan the cache before loading weights, so bad flags fail fast. Without a budget, size the
-  // pool for exactly this batch.
-  CacheFlags flags = device_cache_flags(options.engine);
-  CacheSetup setup = plan_cache(config, nullptr, flags);
-  if (flags.kv_cache_memory.empty() && !flags.num_blocks) {
-    int64_t needed = kNullBlocks;
-    for (const GenerationRequest& request : requests) {
-      needed += setup.plan.blocks_for_sequence(
-          static_cast<int64_t>(request.prompt_token_ids.size()) + request.params.max_tokens);
-    }
-    flags.num_blocks = std::max(needed, setup.plan.num_blocks);
-    setup = plan_cache(config, nullptr, flags);
+  // Plan the cache before loading weights, so bad flags fail fast. Without a budget, the pool
+  // holds exactly this batch (a request too long for it is refused when it is added).
+  const CacheConfig cache_config = engine_cache_config(options.engine, config);
+  std::vector<int64_t> lengths;
+  for (const GenerationRequest& request : requests) {
+    const int64_t tokens = static_cast<int64_t>(request.prompt_token_ids.size()) +
+                           std::clamp<int64_t>(request.params.max_tokens, 0, kMaxSequenceTokens);
+    lengths.push_back(std::clamp<int64_t>(tokens, 1, *cache_config.max_model_len));
   }
+  const KvCachePlan plan = plan_cache(config, nullptr, cache_config, lengths);
 
   const auto started = std::chrono::steady_clock::now();
   std::unique_ptr<CausalLm> model = load_model(config, model_dir, options.engine);
   const auto loaded = std::chrono::steady_clock::now();
-  const KvCache cache = allocate_kv_cache(setup.plan, engine_device(options.engine));
-  const EngineConfig engine = engine_config(config, setup.plan, options.engine);
+  const KvCache cache = allocate_kv_cache(plan, engine_device(options.engine));
+  const EngineConfig engine = engine_config(config, plan, options.engine);
   GenerationStats stats;
-  const std::vector<Request> results =
-      generate(*model, setup.plan, cache, engine, requests, &stats);
+  const std::vector<Request> results = generate(*model, plan, cache, engine, requests, &stats);
   const auto finished = std::chrono::steady_clock::now();
 
   for (size_t r = 0; r < results.size(); ++r) {
@@ -176,7 +172,7 @@ void run_generate(const GenerateOptions& options) {
                requests.size(), stats.prompt_tokens, stats.prefix_hit_tokens,
                stats.prefix_query_tokens, 100.0 * hit_rate, stats.generated_tokens, stats.steps,
                stats.steps == 0 ? 0.0 : 1000.0 * run_s / stats.steps, stats.preemptions,
-               stats.peak_blocks_used, setup.plan.num_blocks - kNullBlocks);
+               stats.peak_blocks_used, plan.num_blocks - kNullBlocks);
   }
 }
 

@@ -8,7 +8,7 @@
 #include "attention/backend.h"
 #include "core/error.h"
 #include "core/units.h"
-#include "engine/cache_setup.h"
+#include "engine/cache_config.h"
 
 namespace pagoda {
 namespace {
@@ -99,11 +99,14 @@ InspectReport build_inspect_report(const InspectOptions& options) {
   if (!options.draft_model_dir.empty()) {
     report.drafter = load_model_config(options.draft_model_dir);
   }
-  CacheSetup setup =
-      plan_cache(report.target, report.drafter ? &*report.drafter : nullptr, options.cache);
-  report.dtype = setup.dtype;
-  report.attention_backend = setup.backend->name();
-  report.plan = std::move(setup.plan);
+  // Planned for the device the backend runs on: the CPU unless --attention-backend names another.
+  CacheConfig cache = parse_cache_flags(options.cache);
+  cache.max_num_batched_tokens = options.max_num_batched_tokens;
+  const Device device{cache.backend ? cache.backend->device_type() : DeviceType::kCpu};
+  cache = resolve_cache_config(cache, report.target, device);
+  report.plan = plan_cache(report.target, report.drafter ? &*report.drafter : nullptr, cache);
+  report.dtype = *cache.dtype;
+  report.attention_backend = cache.backend->name();
   return report;
 }
 
@@ -282,7 +285,7 @@ void add_inspect_command(CLI::App& app) {
                       "Drafter directory (a Gemma 4 assistant or any supported model)");
   add_cache_flags(*inspect, options->cache);
   inspect
-      ->add_option("--max-num-batched-tokens", options->cache.max_num_batched_tokens,
+      ->add_option("--max-num-batched-tokens", options->max_num_batched_tokens,
                    "Token budget per step, which bounds a sliding-window group's blocks")
       ->capture_default_str();
   inspect->add_flag("--json", options->json, "Print the plan as JSON (docs/inspect-json.md)");

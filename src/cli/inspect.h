@@ -17,6 +17,7 @@ struct InspectOptions {
   std::string model_dir;
   std::string draft_model_dir;  // empty: no drafter
   CacheFlags cache;
+  int64_t max_num_batched_tokens = kDefaultMaxNumBatchedTokens;
   bool json = false;
 };
 

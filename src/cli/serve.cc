@@ -29,24 +29,25 @@ void run_serve(const ServeOptions& options) {
 
   const ModelConfig config = load_model_config(model_dir);
   const Device device = engine_device(options.engine);
-  CacheFlags flags = device_cache_flags(options.engine);
+  CacheConfig cache_config = engine_cache_config(options.engine, config);
   // A server needs room for many sequences. Without a budget: on the CPU, 512 MiB; on a GPU, what
   // --gpu-memory-utilization leaves once the model is loaded.
-  if (device.is_cpu() && flags.kv_cache_memory.empty() && !flags.num_blocks) {
-    flags.kv_cache_memory = "512MiB";
-  }
-  plan_cache(config, nullptr, flags);  // bad flags fail before the weights load
+  const bool budgeted = cache_config.memory_bytes || cache_config.num_blocks;
+  if (device.is_cpu() && !budgeted) cache_config.memory_bytes = int64_t{512} << 20;
+  KvCachePlan plan = plan_cache(config, nullptr, cache_config);  // bad flags fail before loading
   std::unique_ptr<CausalLm> model = load_model(config, model_dir, options.engine);
-  const CacheSetup setup = plan_cache(config, nullptr, with_gpu_budget(flags, options.engine));
-  const KvCache cache = allocate_kv_cache(setup.plan, device);
-  EngineService engine(*model, setup.plan, cache,
-                       engine_config(config, setup.plan, options.engine));
+  if (!device.is_cpu() && !budgeted) {
+    cache_config.memory_bytes = gpu_kv_cache_budget(device, options.engine.gpu_memory_utilization);
+    plan = plan_cache(config, nullptr, cache_config);
+  }
+  const KvCache cache = allocate_kv_cache(plan, device);
+  EngineService engine(*model, plan, cache, engine_config(config, plan, options.engine));
 
   RequestLimits limits{
       .served_model_name = options.served_model_name.empty()
                                ? std::filesystem::path(model_dir).filename().string()
                                : options.served_model_name,
-      .max_model_len = setup.plan.max_model_len};
+      .max_model_len = plan.max_model_len};
   ServerOptions server_options = options.server;
   // Every open stream holds a handler thread: enough for a full batch, plus a few for the rest.
   server_options.threads = static_cast<int>(options.engine.scheduler.max_num_seqs) + 16;
@@ -60,8 +61,7 @@ void run_serve(const ServeOptions& options) {
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   const int port = server.bind();
   fmt::print(stderr, "pagoda serve: model '{}' ({} KV blocks), listening on http://{}:{}\n",
-             limits.served_model_name, setup.plan.num_blocks - kNullBlocks, options.server.host,
-             port);
+             limits.served_model_name, plan.num_blocks - kNullBlocks, options.server.host, port);
   std::thread waiter([&] {
     int signal = 0;
     sigwait(&signals, &signal);

@@ -37,7 +37,17 @@ int64_t choose_num_blocks(const KvCachePlan& plan, const KvCacheOptions& options
           needed > max_blocks ? "over the pool limit" : format_bytes(needed * per_block));
     }
   } else {
-    num_blocks = needed;  // no budget given: exactly one sequence of max_model_len
+    // No budget given: the sequences asked for at once, and one of max_model_len at least.
+    int64_t wanted = kNullBlocks;
+    for (const int64_t tokens : options.sequences) {
+      if (tokens < 1 || tokens > plan.max_model_len) {
+        fail("a sequence of {} tokens cannot be held; max_model_len is {}", tokens,
+             plan.max_model_len);
+      }
+      wanted += plan.blocks_for_sequence(tokens);
+      if (wanted > max_blocks) break;  // refused below
+    }
+    num_blocks = std::max(needed, wanted);
   }
   if (num_blocks > max_blocks) {
     fail("{} KV blocks of {} would take more than the {} limit of a KV pool", num_blocks,

@@ -29,13 +29,15 @@ std::string_view kv_buffer_layout_name(KvBufferLayout layout);
 // sequence, which bounds the blocks a sliding-window group holds.
 constexpr int64_t kDefaultMaxNumBatchedTokens = 8192;
 
-// With neither memory_bytes nor num_blocks, the pool holds exactly one max_model_len sequence.
 struct KvCacheOptions {
   std::optional<int64_t> memory_bytes;  // budget for the pool
   std::optional<int64_t> num_blocks;    // or an exact block count (wins over memory_bytes)
   int64_t max_model_len = 0;            // the pool must hold one sequence this long
   // The most tokens of one sequence a step computes (the scheduler's max_num_batched_tokens).
   int64_t max_tokens_per_step = kDefaultMaxNumBatchedTokens;
+  // With neither memory_bytes nor num_blocks, the pool holds these sequences (token counts) at
+  // once, and at least one max_model_len sequence.
+  std::vector<int64_t> sequences;
   KvBufferLayout layout = KvBufferLayout::kSeparate;
 };
 

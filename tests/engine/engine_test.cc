@@ -132,10 +132,10 @@ TEST(EngineTest, AddAndAbortBetweenSteps) {
   auto fixture = load_fixture("llama-tiny");
   const nlohmann::json& prompts = fixture->reference["prompts"];
   const EngineConfig config{.vocab_size = fixture->config.vocab_size,
-                            .max_model_len = fixture->cache.plan.max_model_len,
+                            .max_model_len = fixture->plan.max_model_len,
                             .eos_token_ids = fixture->config.eos_token_ids,
                             .scheduler = {.max_num_batched_tokens = 8}};
-  Engine engine(*fixture->model, fixture->cache.plan, fixture->memory, config);
+  Engine engine(*fixture->model, fixture->plan, fixture->memory, config);
   const int64_t first = engine.add_request(request_for(prompts[3]));  // 40 tokens: 5 chunks
   const int64_t doomed = engine.add_request(request_for(prompts[2]));
   std::vector<int32_t> streamed;
@@ -169,7 +169,7 @@ TEST(EngineTest, AddAndAbortBetweenSteps) {
   EXPECT_EQ(streamed, prompts[3]["greedy_token_ids"].get<std::vector<int32_t>>());
   EXPECT_EQ(token_ids(engine.request(late)),
             prompts[1]["greedy_token_ids"].get<std::vector<int32_t>>());
-  EXPECT_EQ(engine.num_free_blocks(), fixture->cache.plan.num_blocks - kNullBlocks);
+  EXPECT_EQ(engine.num_free_blocks(), fixture->plan.num_blocks - kNullBlocks);
   EXPECT_THROW(engine.abort(99), Error);
   engine.release(first);
   EXPECT_THROW(engine.request(first), Error);
@@ -201,10 +201,10 @@ TEST(EngineTest, AFailedStepFailsOnlyItsRequests) {
   const nlohmann::json& prompts = fixture->reference["prompts"];
   PoisonedModel poisoned(*fixture->model, 255);
   const EngineConfig config{.vocab_size = fixture->config.vocab_size,
-                            .max_model_len = fixture->cache.plan.max_model_len,
+                            .max_model_len = fixture->plan.max_model_len,
                             .eos_token_ids = fixture->config.eos_token_ids,
                             .scheduler = {.max_num_seqs = 2}};
-  Engine engine(poisoned, fixture->cache.plan, fixture->memory, config);
+  Engine engine(poisoned, fixture->plan, fixture->memory, config);
   const int64_t running = engine.add_request(request_for(prompts[0]));
   engine.step();
   GenerationRequest poison = request_for(prompts[1]);
@@ -230,7 +230,7 @@ TEST(EngineTest, AFailedStepFailsOnlyItsRequests) {
             prompts[2]["greedy_token_ids"].get<std::vector<int32_t>>());
   EXPECT_EQ(token_ids(engine.request(later)),
             prompts[3]["greedy_token_ids"].get<std::vector<int32_t>>());
-  EXPECT_EQ(engine.num_free_blocks(), fixture->cache.plan.num_blocks - kNullBlocks);
+  EXPECT_EQ(engine.num_free_blocks(), fixture->plan.num_blocks - kNullBlocks);
   for (int64_t id : {running, failing, waiting, later})
     engine.release(id);
 }
@@ -243,16 +243,16 @@ TEST(EngineTest, APoolForNSequencesRunsN) {
   for (const int64_t step_tokens : {8, 64}) {
     for (const int64_t sequences : {1, 2}) {
       SCOPED_TRACE(fmt::format("steps of {} tokens, {} sequences", step_tokens, sequences));
-      CacheFlags flags{.block_size = 4,
-                       .max_model_len = 64,
-                       .max_num_batched_tokens = step_tokens,
-                       .dtype = "float32"};
+      CacheConfig cache{.dtype = DType::kF32,
+                        .block_size = 4,
+                        .max_model_len = 64,
+                        .max_num_batched_tokens = step_tokens};
       const int64_t per_sequence =
-          plan_cache(fixture->config, nullptr, flags).plan.blocks_for_sequence(64);
-      flags.num_blocks = sequences * per_sequence + kNullBlocks;
-      fixture->cache = plan_cache(fixture->config, nullptr, flags);
-      fixture->memory = allocate_kv_cache(fixture->cache.plan, Device::cpu());
-      EXPECT_DOUBLE_EQ(fixture->cache.plan.max_concurrency(), static_cast<double>(sequences));
+          plan_on_cpu(fixture->config, nullptr, cache).blocks_for_sequence(64);
+      cache.num_blocks = sequences * per_sequence + kNullBlocks;
+      fixture->plan = plan_on_cpu(fixture->config, nullptr, cache);
+      fixture->memory = allocate_kv_cache(fixture->plan, Device::cpu());
+      EXPECT_DOUBLE_EQ(fixture->plan.max_concurrency(), static_cast<double>(sequences));
       std::vector<GenerationRequest> requests;
       for (int64_t r = 0; r < sequences; ++r) {
         requests.push_back(

@@ -43,13 +43,14 @@ ModelRun run(const std::string& name, Device device, bool enforce_eager,
   weights.set_device(device);
   weights.round_to_bf16_on_host();
   const std::unique_ptr<CausalLm> model = build_causal_lm(config, weights);
-  CacheFlags flags{.num_blocks = 300, .block_size = 4, .max_model_len = 256};
-  flags.dtype = "bfloat16";  // both paths round K and V to bf16 in the cache
-  flags.attention_backend = device.is_cpu() ? "cpu" : "cuda";
-  const CacheSetup setup = plan_cache(config, nullptr, flags);
-  const KvCache cache = allocate_kv_cache(setup.plan, device);
+  // Both paths round K and V to bf16 in the cache.
+  const CacheConfig cache_config = resolve_cache_config(
+      {.dtype = DType::kBF16, .block_size = 4, .max_model_len = 256, .num_blocks = 300}, config,
+      device);
+  const KvCachePlan plan = plan_cache(config, nullptr, cache_config);
+  const KvCache cache = allocate_kv_cache(plan, device);
   const EngineConfig engine{.vocab_size = config.vocab_size,
-                            .max_model_len = setup.plan.max_model_len,
+                            .max_model_len = plan.max_model_len,
                             .eos_token_ids = config.eos_token_ids,
                             .enforce_eager = enforce_eager};
   std::vector<GenerationRequest> requests;
@@ -65,7 +66,7 @@ ModelRun run(const std::string& name, Device device, bool enforce_eager,
   // All prompts in one batch: prefill steps run eagerly, the decode steps of 1..N sequences
   // replay graphs padded to 1, 2, 4 or 8.
   ModelRun out;
-  for (const Request& result : generate(*model, setup.plan, cache, engine, requests, nullptr)) {
+  for (const Request& result : generate(*model, plan, cache, engine, requests, nullptr)) {
     out.tokens.push_back(result.output_tokens());
     std::vector<double>& logprobs = out.prompt_logprobs.emplace_back();
     for (size_t i = 1; i < result.prompt_logprobs.size(); ++i)

@@ -9,7 +9,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "engine/cache_setup.h"
+#include "engine/cache_config.h"
 #include "engine/engine.h"
 
 namespace pagoda::testing {
@@ -17,7 +17,7 @@ namespace pagoda::testing {
 struct Fixture {
   ModelConfig config;
   std::unique_ptr<CausalLm> model;
-  CacheSetup cache;
+  KvCachePlan plan;
   KvCache memory;
   nlohmann::json reference;
 };
@@ -29,16 +29,21 @@ inline std::string checkpoint_dir(const std::string& name) {
   return std::string(PAGODA_SOURCE_DIR) + "/models/" + name;
 }
 
+// The KV cache plan of `config` for `target` (and `drafter`) on the CPU.
+inline KvCachePlan plan_on_cpu(const ModelConfig& target, const ModelConfig* drafter,
+                               const CacheConfig& config) {
+  return plan_cache(target, drafter, resolve_cache_config(config, target, Device::cpu()));
+}
+
 // A fresh KV pool of `num_blocks` small blocks (every prompt spans several) for the fixture, in
 // float32 as the reference computes: bf16 checkpoints get an f32 cache too.
 inline void replan(Fixture& fixture, int64_t num_blocks, int64_t max_model_len) {
-  CacheFlags flags;
-  flags.num_blocks = num_blocks;
-  flags.block_size = 4;
-  flags.max_model_len = max_model_len;
-  flags.dtype = "float32";
-  fixture.cache = plan_cache(fixture.config, nullptr, flags);
-  fixture.memory = allocate_kv_cache(fixture.cache.plan, Device::cpu());
+  fixture.plan = plan_on_cpu(fixture.config, nullptr,
+                             {.dtype = DType::kF32,
+                              .block_size = 4,
+                              .max_model_len = max_model_len,
+                              .num_blocks = num_blocks});
+  fixture.memory = allocate_kv_cache(fixture.plan, Device::cpu());
 }
 
 inline std::unique_ptr<Fixture> load_fixture(const std::string& name) {
@@ -58,10 +63,10 @@ inline std::vector<Request> run(Fixture& fixture, const std::vector<GenerationRe
                                 const SchedulerConfig& scheduler = {},
                                 GenerationStats* stats = nullptr) {
   const EngineConfig config{.vocab_size = fixture.config.vocab_size,
-                            .max_model_len = fixture.cache.plan.max_model_len,
+                            .max_model_len = fixture.plan.max_model_len,
                             .eos_token_ids = fixture.config.eos_token_ids,
                             .scheduler = scheduler};
-  return generate(*fixture.model, fixture.cache.plan, fixture.memory, config, requests, stats);
+  return generate(*fixture.model, fixture.plan, fixture.memory, config, requests, stats);
 }
 
 inline GenerationRequest request_for(const nlohmann::json& prompt) {

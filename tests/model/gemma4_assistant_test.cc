@@ -11,12 +11,14 @@
 #include <nlohmann/json.hpp>
 
 #include "attention/cpu/cpu_backend.h"
-#include "engine/cache_setup.h"
 #include "engine/model_runner.h"
 #include "engine/sampler.h"
+#include "model/fixtures.h"
 
 namespace pagoda {
 namespace {
+
+using namespace pagoda::testing;
 
 std::string fixture(const std::string& name) {
   return std::string(PAGODA_SOURCE_DIR) + "/tests/fixtures/" + name;
@@ -49,37 +51,35 @@ TEST_P(Gemma4AssistantDraftTest, DraftsLikeTransformers) {
   EXPECT_TRUE(assistant_weights.unused().empty());
 
   // One pool for both: the assistant's layers own nothing.
-  CacheFlags flags;
-  flags.num_blocks = 300;
-  flags.block_size = 4;
-  flags.max_model_len = 256;
-  flags.dtype = "float32";  // as the reference: bf16 checkpoints get an f32 cache too
-  const CacheSetup setup = plan_cache(target_config, &assistant_config, flags);
+  // f32 as the reference: bf16 checkpoints get an f32 cache too.
+  const KvCachePlan plan =
+      plan_on_cpu(target_config, &assistant_config,
+                  {.dtype = DType::kF32, .block_size = 4, .max_model_len = 256, .num_blocks = 300});
   const int64_t target_layers = static_cast<int64_t>(target_config.layers.size());
-  for (size_t i = target_layers; i < setup.plan.layers.size(); ++i) {
-    EXPECT_FALSE(setup.plan.layers[i].owns_kv());
+  for (size_t i = target_layers; i < plan.layers.size(); ++i) {
+    EXPECT_FALSE(plan.layers[i].owns_kv());
   }
-  const KvCache cache = allocate_kv_cache(setup.plan, Device::cpu());
+  const KvCache cache = allocate_kv_cache(plan, Device::cpu());
   // The assistant's layers read the target's caches through plans of their own.
   std::vector<std::unique_ptr<AttentionPlan>> plans;
-  for (const KvGroup& group : setup.plan.groups) {
+  for (const KvGroup& group : plan.groups) {
     plans.push_back(cpu_attention_backend().make_plan(
         {.page = group.spec.page, .max_model_len = 256, .device = Device::cpu()}));
   }
   std::vector<LayerAttention> assistant_layers;
-  for (size_t i = target_layers; i < setup.plan.layers.size(); ++i) {
+  for (size_t i = target_layers; i < plan.layers.size(); ++i) {
     assistant_layers.push_back(
-        {.cache = &cache.views[i], .plan = plans[setup.plan.placements[i].group].get()});
+        {.cache = &cache.views[i], .plan = plans[plan.placements[i].group].get()});
   }
 
   std::ifstream file(c.reference);
   const nlohmann::json reference = nlohmann::json::parse(file);
-  ModelRunner runner(target, setup.plan, cache);
+  ModelRunner runner(target, plan, cache);
   for (const nlohmann::json& prompt : reference["prompts"]) {
     const auto ids = prompt["prompt_token_ids"].get<std::vector<int32_t>>();
     const int64_t length = static_cast<int64_t>(ids.size());
     SCOPED_TRACE("prompt of " + std::to_string(length));
-    KvCacheManager blocks(setup.plan);
+    KvCacheManager blocks(plan);
     blocks.allocate_slots(0, length);
     Request request(0, ids, {}, 0);
     const ForwardBatch target_batch =
@@ -93,8 +93,8 @@ TEST_P(Gemma4AssistantDraftTest, DraftsLikeTransformers) {
     ForwardBatch draft_batch;
     draft_batch.positions = {prompt["draft_position"].get<int64_t>()};
     draft_batch.attention = assistant_layers;
-    std::vector<AttentionMetadata> metadata(setup.plan.groups.size());
-    for (size_t g = 0; g < setup.plan.groups.size(); ++g) {
+    std::vector<AttentionMetadata> metadata(plan.groups.size());
+    for (size_t g = 0; g < plan.groups.size(); ++g) {
       AttentionMetadata& meta = metadata[g];
       meta.num_actual_tokens = 1;
       meta.query_start = {0, 1};

@@ -8,13 +8,15 @@
 #include <cstring>
 #include <random>
 
-#include "engine/cache_setup.h"
 #include "engine/model_runner.h"
 #include "model/arch/gemma4.h"
+#include "model/fixtures.h"
 #include "model/layers/rope_config.h"
 
 namespace pagoda {
 namespace {
+
+using namespace pagoda::testing;
 
 std::string fixture(const std::string& name) {
   return std::string(PAGODA_SOURCE_DIR) + "/tests/fixtures/" + name;
@@ -42,13 +44,10 @@ TEST(KvSharingProofTest, SharedLayerHasNoKvAndWritesNothing) {
   const ModelConfig config = load_model_config(fixture("gemma4-tiny"));
   WeightSource weights = WeightSource::from_checkpoint(fixture("gemma4-tiny"));
   Gemma4Model model(config, weights);
-  CacheFlags flags;
-  flags.num_blocks = 200;
-  flags.block_size = 4;
-  const CacheSetup setup = plan_cache(config, nullptr, flags);
-  const KvCache cache = allocate_kv_cache(setup.plan, Device::cpu());
-  KvCacheManager blocks(setup.plan);
-  ModelRunner runner(model, setup.plan, cache);
+  const KvCachePlan plan = plan_on_cpu(config, nullptr, {.block_size = 4, .num_blocks = 200});
+  const KvCache cache = allocate_kv_cache(plan, Device::cpu());
+  KvCacheManager blocks(plan);
+  ModelRunner runner(model, plan, cache);
   blocks.allocate_slots(0, static_cast<int64_t>(kPrompt.size()) + 1);
   std::vector<int32_t> tokens = kPrompt;
   tokens.push_back(9);
@@ -58,8 +57,8 @@ TEST(KvSharingProofTest, SharedLayerHasNoKvAndWritesNothing) {
 
   // Layer 4 shares layer 3's sliding cache: the checkpoint has no k/v weights for it, and a
   // standalone copy of it loads without them.
-  EXPECT_FALSE(setup.plan.layers[4].owns_kv());
-  EXPECT_EQ(setup.plan.layers[4].source, 3);
+  EXPECT_FALSE(plan.layers[4].owns_kv());
+  EXPECT_EQ(plan.layers[4].source, 3);
   WeightSource layer_weights = WeightSource::from_checkpoint(fixture("gemma4-tiny"));
   for (const char* missing : {"k_proj", "v_proj", "k_norm"}) {
     EXPECT_FALSE(layer_weights.has(std::string("model.layers.4.self_attn.") + missing + ".weight"));
@@ -89,18 +88,15 @@ TEST(KvSharingProofTest, PaddingRowsAreNeverRead) {
   const ModelConfig config = load_model_config(fixture("gemma4-tiny"));
   WeightSource weights = WeightSource::from_checkpoint(fixture("gemma4-tiny"));
   Gemma4Model model(config, weights);
-  CacheFlags flags;
-  flags.num_blocks = 200;
-  flags.block_size = 4;
-  const CacheSetup setup = plan_cache(config, nullptr, flags);
+  const KvCachePlan plan = plan_on_cpu(config, nullptr, {.block_size = 4, .num_blocks = 200});
   Request request(0, kPrompt, {}, 0);
   const int64_t real = static_cast<int64_t>(kPrompt.size());
   const std::array prefill{ScheduledChunk{&request, 0, real}};
 
   auto run = [&](int64_t padding, KvCache& cache) {
-    KvCacheManager blocks(setup.plan);
+    KvCacheManager blocks(plan);
     blocks.allocate_slots(0, real);
-    ModelRunner runner(model, setup.plan, cache);
+    ModelRunner runner(model, plan, cache);
     ForwardBatch batch = runner.prepare(prefill, blocks, padding);
     // Poison the padding rows: other tokens at other positions.
     for (int64_t t = real; t < real + padding; ++t) {
@@ -109,8 +105,8 @@ TEST(KvSharingProofTest, PaddingRowsAreNeverRead) {
     }
     return model.forward(batch);
   };
-  KvCache plain = allocate_kv_cache(setup.plan, Device::cpu());
-  KvCache padded = allocate_kv_cache(setup.plan, Device::cpu());
+  KvCache plain = allocate_kv_cache(plan, Device::cpu());
+  KvCache padded = allocate_kv_cache(plan, Device::cpu());
   const Tensor expected = run(0, plain);
   const Tensor hidden = run(5, padded);
   ASSERT_EQ(hidden.size(0), real + 5);
@@ -142,11 +138,11 @@ ModelConfig small_head_drafter() {
   return parse_model_config(config, "drafter/config.json");
 }
 
-Tensor drafter_logits(CausalLm& drafter, const CacheSetup& setup, int64_t first_layer) {
-  const KvCache cache = allocate_kv_cache(setup.plan, Device::cpu());
-  KvCacheManager blocks(setup.plan);
+Tensor drafter_logits(CausalLm& drafter, const KvCachePlan& plan, int64_t first_layer) {
+  const KvCache cache = allocate_kv_cache(plan, Device::cpu());
+  KvCacheManager blocks(plan);
   blocks.allocate_slots(0, static_cast<int64_t>(kPrompt.size()) + 1);
-  ModelRunner runner(drafter, setup.plan, cache, {.first_layer = first_layer});
+  ModelRunner runner(drafter, plan, cache, {.first_layer = first_layer});
   std::vector<int32_t> tokens = kPrompt;
   tokens.push_back(77);
   Request request(0, tokens, {}, 0);
@@ -170,22 +166,20 @@ TEST(KvSharingProofTest, PaddedDrafterComputesWhatItComputesUnpadded) {
   WeightSource weights = WeightSource::dummy(DType::kF32, 11);
   std::unique_ptr<CausalLm> drafter = build_causal_lm(drafter_config, weights);
 
-  CacheFlags flags;
-  flags.num_blocks = 400;
-  flags.block_size = 4;
-  const CacheSetup shared = plan_cache(target, &drafter_config, flags);
-  const CacheSetup own = plan_cache(drafter_config, nullptr, flags);
+  const CacheConfig cache{.block_size = 4, .num_blocks = 400};
+  const KvCachePlan shared = plan_on_cpu(target, &drafter_config, cache);
+  const KvCachePlan own = plan_on_cpu(drafter_config, nullptr, cache);
   const int64_t first_drafter_layer = static_cast<int64_t>(target.layers.size());
   // In the shared pool the drafter's pages are padded; alone they are not.
   bool padded = false;
-  for (const PageDecision& decision : shared.plan.unification.decisions) {
+  for (const PageDecision& decision : shared.unification.decisions) {
     if (decision.layers.front() >= first_drafter_layer) {
       EXPECT_EQ(decision.action, PageAction::kPadded);
       padded = true;
     }
   }
   EXPECT_TRUE(padded);
-  for (const PageDecision& decision : own.plan.unification.decisions) {
+  for (const PageDecision& decision : own.unification.decisions) {
     EXPECT_NE(decision.action, PageAction::kPadded);
   }
   const Tensor in_shared_pool = drafter_logits(*drafter, shared, first_drafter_layer);

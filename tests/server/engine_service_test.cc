@@ -6,17 +6,19 @@
 #include <fstream>
 #include <thread>
 
-#include "engine/cache_setup.h"
+#include "model/fixtures.h"
 
 namespace pagoda {
 namespace {
+
+using namespace pagoda::testing;
 
 using std::chrono::milliseconds;
 
 struct TinyModel {
   ModelConfig config;
   std::unique_ptr<CausalLm> model;
-  CacheSetup cache;
+  KvCachePlan plan;
   KvCache memory;
   EngineConfig engine;
 
@@ -25,13 +27,10 @@ struct TinyModel {
     config = load_model_config(dir);
     WeightSource weights = WeightSource::from_checkpoint(dir);
     model = build_causal_lm(config, weights);
-    CacheFlags flags;
-    flags.num_blocks = 300;
-    flags.block_size = 4;
-    cache = plan_cache(config, nullptr, flags);
-    memory = allocate_kv_cache(cache.plan, Device::cpu());
+    plan = plan_on_cpu(config, nullptr, {.block_size = 4, .num_blocks = 300});
+    memory = allocate_kv_cache(plan, Device::cpu());
     engine = {.vocab_size = config.vocab_size,
-              .max_model_len = cache.plan.max_model_len,
+              .max_model_len = plan.max_model_len,
               .eos_token_ids = config.eos_token_ids};
   }
 };
@@ -67,14 +66,14 @@ TEST(EngineServiceTest, ConcurrentSubmittersGetTheirOwnTokens) {
   std::vector<std::vector<int32_t>> expected;
   for (int32_t r = 0; r < 8; ++r) {
     const Request result =
-        generate(*tiny.model, tiny.cache.plan, tiny.memory, tiny.engine, {request(10 + r, 6 + r)})
+        generate(*tiny.model, tiny.plan, tiny.memory, tiny.engine, {request(10 + r, 6 + r)})
             .front();
     std::vector<int32_t> ids;
     for (int32_t token : result.output_token_ids())
       ids.push_back(token);
     expected.push_back(ids);
   }
-  EngineService service(*tiny.model, tiny.cache.plan, tiny.memory, tiny.engine);
+  EngineService service(*tiny.model, tiny.plan, tiny.memory, tiny.engine);
   std::vector<std::vector<int32_t>> got(8);
   std::vector<std::thread> clients;
   for (int32_t r = 0; r < 8; ++r) {
@@ -96,7 +95,7 @@ TEST(EngineServiceTest, ConcurrentSubmittersGetTheirOwnTokens) {
 
 TEST(EngineServiceTest, AbortFreesTheRequestsBlocksAndBadRequestsThrow) {
   TinyModel tiny;
-  EngineService service(*tiny.model, tiny.cache.plan, tiny.memory, tiny.engine);
+  EngineService service(*tiny.model, tiny.plan, tiny.memory, tiny.engine);
   auto handle = service.submit(request(5, 200));
   // Wait for the first tokens, then abort.
   while (handle->wait(milliseconds(50)).empty()) {
@@ -137,7 +136,7 @@ class PoisonedModel final : public CausalLm {
 TEST(EngineServiceTest, AFailedStepFailsOnlyItsRequests) {
   TinyModel tiny;
   PoisonedModel poisoned(*tiny.model);
-  EngineService service(poisoned, tiny.cache.plan, tiny.memory, tiny.engine);
+  EngineService service(poisoned, tiny.plan, tiny.memory, tiny.engine);
   GenerationRequest poison = request(5, 4);
   poison.prompt_token_ids.push_back(255);
   auto failed = service.submit(poison);

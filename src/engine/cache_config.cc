@@ -1,0 +1,58 @@
+#include "engine/cache_config.h"
+
+#include "core/error.h"
+
+namespace pagoda {
+
+CacheConfig resolve_cache_config(CacheConfig config, const ModelConfig& target, Device device) {
+  if (config.backend == nullptr) {
+    config.backend = &default_attention_backend(device.type);
+  } else if (config.backend->device_type() != device.type) {
+    fail("attention backend '{}' does not run on {}; leave it unset or name {}",
+         config.backend->name(), device.to_string(), default_attention_backend(device.type).name());
+  }
+  if (!config.dtype)
+    config.dtype = device.is_cpu() ? target.dtype.value_or(DType::kBF16) : DType::kBF16;
+  if (!is_floating(*config.dtype)) {
+    fail("KV cache dtype {} is not a floating type; expected float32, bfloat16 or float16",
+         dtype_name(*config.dtype));
+  }
+  const int64_t max_model_len = config.max_model_len.value_or(target.max_position_embeddings);
+  if (max_model_len > target.max_position_embeddings) {
+    fail("--max-model-len {} is longer than the model's max_position_embeddings ({}) in {}",
+         max_model_len, target.max_position_embeddings, target.source);
+  }
+  config.max_model_len = max_model_len;
+  return config;
+}
+
+KvCachePlan plan_cache(const ModelConfig& target, const ModelConfig* drafter,
+                       const CacheConfig& config, std::span<const int64_t> sequences) {
+  PAGODA_CHECK(config.backend != nullptr && config.dtype && config.max_model_len,
+               "plan_cache needs a resolved cache config");
+  const KvCacheOptions options{.memory_bytes = config.memory_bytes,
+                               .num_blocks = config.num_blocks,
+                               .max_model_len = *config.max_model_len,
+                               .max_tokens_per_step = config.max_num_batched_tokens,
+                               .sequences = {sequences.begin(), sequences.end()},
+                               .layout = config.layout};
+  const KvLayerOptions layers{
+      .block_size = config.block_size, .dtype = *config.dtype, .backend = config.backend};
+  return plan_kv_cache(build_kv_layers(target, drafter, layers), options);
+}
+
+int64_t gpu_kv_cache_budget(Device device, double utilization) {
+  constexpr int64_t kActivationReserve = int64_t{2} << 30;
+  const auto [free, total] = cuda_memory_info(device);
+  const int64_t allowed = static_cast<int64_t>(utilization * static_cast<double>(total));
+  const int64_t budget = allowed - (total - free) - kActivationReserve;
+  if (budget <= 0) {
+    fail(
+        "--gpu-memory-utilization {}: {} of {} bytes are in use after loading the model, leaving "
+        "no room for a KV cache",
+        utilization, total - free, total);
+  }
+  return budget;
+}
+
+}  // namespace pagoda
