@@ -14,6 +14,7 @@
 #include "core/units.h"
 #include "engine/engine.h"
 #include "engine/sampling_params.h"
+#include "model/architectures.h"
 
 namespace pagoda {
 namespace {
@@ -175,7 +176,7 @@ nlohmann::json summarize(const std::vector<IterationTimes>& iterations, const Be
   const double p99_ms = decoded ? decode_ms[std::max<size_t>(p99_rank, 1) - 1] : 0.0;
 
   const DType dtype = loaded_weight_dtype(engine, config);
-  const DenseWeightEstimate weights = estimate_dense_decoder_weights(config);
+  const WeightEstimate weights = find_architecture(config.architecture).estimate_weights(config);
   const bool gpu = !engine_device(engine).is_cpu();
   const double streamed_bytes = static_cast<double>(weights.streamed_params) * dtype_size(dtype);
   const double floor_ms = 1e3 * streamed_bytes / (options.floor_bandwidth_gbps * 1e9);
@@ -283,48 +284,6 @@ void run_bench(const BenchOptions& options, const CLI::App& command) {
 }
 
 }  // namespace
-
-DenseWeightEstimate estimate_dense_decoder_weights(const ModelConfig& config) {
-  const nlohmann::json& text = config.text_config;
-  const auto integer = [&](const char* key) {
-    const auto it = text.find(key);
-    return it != text.end() && it->is_number_integer() ? it->get<int64_t>() : int64_t{0};
-  };
-  const auto flag = [&](const char* key) {
-    const auto it = text.find(key);
-    return it != text.end() && it->is_boolean() && it->get<bool>();
-  };
-  // Gemma 4 always projects logits with the embedding table; it has four norms per layer.
-  const bool gemma = config.architecture.starts_with("Gemma");
-  const int64_t hidden = config.hidden_size;
-  const int64_t vocab = config.vocab_size;
-  const int64_t num_layers = static_cast<int64_t>(config.layers.size());
-  const int64_t inner = integer("intermediate_size");
-  const int64_t ple = integer("hidden_size_per_layer_input");
-  const auto first_shared = std::find_if(config.layers.begin(), config.layers.end(),
-                                         [](auto& l) { return l.kv_source != KvSource::kOwn; }) -
-                            config.layers.begin();
-  int64_t streamed = hidden + vocab * hidden;  // final norm, lm_head (tied or not)
-  for (int64_t i = 0; i < num_layers; ++i) {
-    const LayerAttentionConfig& layer = config.layers[i];
-    streamed += 2 * hidden * layer.num_q_heads * layer.head_size_k;  // q, o
-    if (layer.kv_source == KvSource::kOwn) {
-      streamed += hidden * layer.num_kv_heads * layer.head_size_k;  // k
-      const bool k_eq_v = flag("attention_k_eq_v") && layer.kind == AttentionKind::kFull;
-      if (!k_eq_v) streamed += hidden * layer.num_kv_heads * layer.head_size_v;
-    }
-    const bool wide = flag("use_double_wide_mlp") && i >= first_shared && first_shared > 0;
-    streamed += 3 * hidden * (wide ? 2 * inner : inner) + (gemma ? 4 : 2) * hidden;
-    if (ple > 0) streamed += 2 * ple * hidden + hidden;  // gate, projection, norm
-  }
-  int64_t lookups = vocab * hidden;
-  if (ple > 0) {
-    streamed += num_layers * ple * hidden + ple;  // model projection and its norm
-    lookups += integer("vocab_size_per_layer_input") * num_layers * ple;
-  }
-  const bool tied = gemma || flag("tie_word_embeddings");
-  return {.params = streamed + lookups - (tied ? vocab * hidden : 0), .streamed_params = streamed};
-}
 
 void add_bench_command(CLI::App& app) {
   auto options = std::make_shared<BenchOptions>();

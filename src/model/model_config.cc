@@ -8,38 +8,23 @@
 #include "core/error.h"
 #include "core/files.h"
 #include "model/arch/arch_configs.h"
+#include "model/architectures.h"
 
 namespace pagoda {
 namespace {
 
-using LayerReader = void (*)(const ConfigReader&, ModelConfig&);
-
-struct Architecture {
-  const char* name;        // as in "architectures"
-  const char* model_type;  // the top-level model_type that implies it
-  LayerReader read_layers;
-  bool nested_text_config;  // text fields live under "text_config"
-};
-
-constexpr Architecture kArchitectures[] = {
-    {"LlamaForCausalLM", "llama", read_llama_layers, false},
-    {"Qwen3ForCausalLM", "qwen3", read_qwen3_layers, false},
-    {"Gemma4ForCausalLM", "gemma4_text", read_gemma4_layers, false},
-    {"Gemma4ForConditionalGeneration", "gemma4", read_gemma4_layers, true},
-    {"Gemma4AssistantForCausalLM", "gemma4_assistant", read_gemma4_assistant_layers, true},
-    {"MiMoV2FlashForCausalLM", "mimo_v2_flash", read_mimo_v2_flash_layers, false},
-};
-
-const Architecture& find_architecture(const ConfigReader& config) {
+// The row of the architecture a config names: its first "architectures" entry, else the one its
+// model_type implies.
+const Architecture& architecture_of(const ConfigReader& config) {
   std::string name;
   if (auto names = config.optional_string_list("architectures"); names && !names->empty()) {
     name = names->front();
-    for (const Architecture& arch : kArchitectures) {
+    for (const Architecture& arch : architectures()) {
       if (name == arch.name) return arch;
     }
   } else if (auto model_type = config.optional_string("model_type")) {
     name = "model_type " + *model_type;
-    for (const Architecture& arch : kArchitectures) {
+    for (const Architecture& arch : architectures()) {
       if (*model_type == arch.model_type) return arch;
     }
   } else {
@@ -92,14 +77,14 @@ bool ModelConfig::needs_target() const {
 
 std::vector<std::string> supported_architectures() {
   std::vector<std::string> names;
-  for (const Architecture& arch : kArchitectures)
+  for (const Architecture& arch : architectures())
     names.emplace_back(arch.name);
   return names;
 }
 
 ModelConfig parse_model_config(const nlohmann::json& json, const std::string& source) {
   const ConfigReader config(json, source);
-  const Architecture& arch = find_architecture(config);
+  const Architecture& arch = architecture_of(config);
   const ConfigReader text =
       arch.nested_text_config || config.has("text_config") ? config.child("text_config") : config;
   ModelConfig model;

@@ -1,0 +1,87 @@
+#include "model/architectures.h"
+
+#include <fmt/ranges.h>
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "model/arch/arch_configs.h"
+#include "model/arch/gemma4.h"
+#include "model/arch/llama.h"
+#include "model/arch/mimo_v2_flash.h"
+
+namespace pagoda {
+namespace {
+
+constexpr Architecture kArchitectures[] = {
+    {"LlamaForCausalLM", "llama", false, read_llama_layers, build_llama,
+     estimate_dense_decoder_weights},
+    {"Qwen3ForCausalLM", "qwen3", false, read_qwen3_layers, build_qwen3,
+     estimate_dense_decoder_weights},
+    {"Gemma4ForCausalLM", "gemma4_text", false, read_gemma4_layers, build_gemma4,
+     estimate_dense_decoder_weights},
+    {"Gemma4ForConditionalGeneration", "gemma4", true, read_gemma4_layers, build_gemma4,
+     estimate_dense_decoder_weights},
+    {"Gemma4AssistantForCausalLM", "gemma4_assistant", true, read_gemma4_assistant_layers, nullptr,
+     estimate_dense_decoder_weights},
+    {"MiMoV2FlashForCausalLM", "mimo_v2_flash", false, read_mimo_v2_flash_layers,
+     build_mimo_v2_flash, estimate_dense_decoder_weights},
+};
+
+}  // namespace
+
+std::span<const Architecture> architectures() {
+  return kArchitectures;
+}
+
+const Architecture& find_architecture(std::string_view name) {
+  for (const Architecture& arch : kArchitectures) {
+    if (name == arch.name) return arch;
+  }
+  fail("unsupported architecture '{}'; supported: {}", name,
+       fmt::join(supported_architectures(), ", "));
+}
+
+WeightEstimate estimate_dense_decoder_weights(const ModelConfig& config) {
+  const nlohmann::json& text = config.text_config;
+  const auto integer = [&](const char* key) {
+    const auto it = text.find(key);
+    return it != text.end() && it->is_number_integer() ? it->get<int64_t>() : int64_t{0};
+  };
+  const auto flag = [&](const char* key) {
+    const auto it = text.find(key);
+    return it != text.end() && it->is_boolean() && it->get<bool>();
+  };
+  // Gemma 4 always projects logits with the embedding table; it has four norms per layer.
+  const bool gemma = config.architecture.starts_with("Gemma");
+  const int64_t hidden = config.hidden_size;
+  const int64_t vocab = config.vocab_size;
+  const int64_t num_layers = static_cast<int64_t>(config.layers.size());
+  const int64_t inner = integer("intermediate_size");
+  const int64_t ple = integer("hidden_size_per_layer_input");
+  const auto first_shared = std::find_if(config.layers.begin(), config.layers.end(),
+                                         [](auto& l) { return l.kv_source != KvSource::kOwn; }) -
+                            config.layers.begin();
+  int64_t streamed = hidden + vocab * hidden;  // final norm, lm_head (tied or not)
+  for (int64_t i = 0; i < num_layers; ++i) {
+    const LayerAttentionConfig& layer = config.layers[i];
+    streamed += 2 * hidden * layer.num_q_heads * layer.head_size_k;  // q, o
+    if (layer.kv_source == KvSource::kOwn) {
+      streamed += hidden * layer.num_kv_heads * layer.head_size_k;  // k
+      const bool k_eq_v = flag("attention_k_eq_v") && layer.kind == AttentionKind::kFull;
+      if (!k_eq_v) streamed += hidden * layer.num_kv_heads * layer.head_size_v;
+    }
+    const bool wide = flag("use_double_wide_mlp") && i >= first_shared && first_shared > 0;
+    streamed += 3 * hidden * (wide ? 2 * inner : inner) + (gemma ? 4 : 2) * hidden;
+    if (ple > 0) streamed += 2 * ple * hidden + hidden;  // gate, projection, norm
+  }
+  int64_t lookups = vocab * hidden;
+  if (ple > 0) {
+    streamed += num_layers * ple * hidden + ple;  // model projection and its norm
+    lookups += integer("vocab_size_per_layer_input") * num_layers * ple;
+  }
+  const bool tied = gemma || flag("tie_word_embeddings");
+  return {.params = streamed + lookups - (tied ? vocab * hidden : 0), .streamed_params = streamed};
+}
+
+}  // namespace pagoda
