@@ -16,6 +16,9 @@
 
 namespace pagoda {
 
+// Blocks no request is handed out: block 0, the null block.
+constexpr int64_t kNullBlocks = 1;
+
 class BlockPool {
  public:
   explicit BlockPool(int64_t num_blocks);

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "attention/backend.h"
+#include "kv/block_pool.h"
 #include "kv/kv_groups.h"
 #include "kv/kv_layers.h"
 #include "kv/page_size_unification.h"
@@ -78,8 +79,7 @@ struct KvCachePlan {
   double max_concurrency() const;
 };
 
-constexpr int64_t kNullBlocks = 1;                   // block 0 is the null block, never handed out
-constexpr int64_t kMaxPoolBytes = int64_t{1} << 50;  // larger pools are refused
+constexpr int64_t kMaxPoolBytes = int64_t{1} << 50;       // larger pools are refused
 constexpr int64_t kMaxSequenceTokens = int64_t{1} << 48;  // max_sequence_tokens() stops here
 
 // Builds the plan. Throws Error when the budget is too small for one max_model_len
