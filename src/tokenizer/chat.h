@@ -4,7 +4,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "tokenizer/jinja.h"
+#include "tokenizer/jinja/jinja.h"
 #include "tokenizer/tokenizer.h"
 
 namespace pagoda {

@@ -10,7 +10,7 @@
 
 #include "core/error.h"
 #include "tests/tokenizer/peer_data.h"
-#include "tokenizer/jinja.h"
+#include "tokenizer/jinja/jinja.h"
 
 namespace pagoda {
 namespace {

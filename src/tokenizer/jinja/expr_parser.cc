@@ -1,4 +1,4 @@
-#include "tokenizer/jinja_expr_parser.h"
+#include "tokenizer/jinja/expr_parser.h"
 
 #include <algorithm>
 #include <charconv>
@@ -6,7 +6,7 @@
 #include <utility>
 #include <variant>
 
-#include "tokenizer/jinja_builtins.h"
+#include "tokenizer/jinja/builtins.h"
 
 namespace pagoda::jinja {
 

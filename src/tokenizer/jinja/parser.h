@@ -4,8 +4,8 @@
 
 #include <vector>
 
-#include "tokenizer/jinja_ast.h"
-#include "tokenizer/jinja_lexer.h"
+#include "tokenizer/jinja/ast.h"
+#include "tokenizer/jinja/lexer.h"
 
 namespace pagoda::jinja {
 

@@ -1,6 +1,6 @@
 // Built-in tests, methods and globals. Where the reference JavaScript renderer implements one,
 // its behaviour is matched; the rest follow Jinja's and Python's documentation.
-#include "tokenizer/jinja_builtins.h"
+#include "tokenizer/jinja/builtins.h"
 
 #include <algorithm>
 #include <cmath>
@@ -8,10 +8,10 @@
 #include <memory>
 #include <unordered_map>
 
-#include "tokenizer/jinja_eval.h"
-#include "tokenizer/jinja_helpers.h"
-#include "tokenizer/jinja_ops.h"
-#include "tokenizer/jinja_text.h"
+#include "tokenizer/jinja/eval.h"
+#include "tokenizer/jinja/helpers.h"
+#include "tokenizer/jinja/ops.h"
+#include "tokenizer/jinja/text.h"
 
 namespace pagoda::jinja {
 namespace {

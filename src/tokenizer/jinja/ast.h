@@ -7,7 +7,7 @@
 #include <variant>
 #include <vector>
 
-#include "tokenizer/jinja_value.h"
+#include "tokenizer/jinja/value.h"
 
 namespace pagoda::jinja {
 

@@ -1,7 +1,7 @@
 // The Jinja interpreter feature by feature. Expected strings follow Jinja's documented semantics,
 // or the reference renderer (@huggingface/jinja) where chat templates are rendered its way; those
 // cases say so. chat_template_test.cc checks the same features against the reference directly.
-#include "tokenizer/jinja.h"
+#include "tokenizer/jinja/jinja.h"
 
 #include <gtest/gtest.h>
 

@@ -1,9 +1,9 @@
-#include "tokenizer/jinja.h"
+#include "tokenizer/jinja/jinja.h"
 
-#include "tokenizer/jinja_ast.h"
-#include "tokenizer/jinja_eval.h"
-#include "tokenizer/jinja_lexer.h"
-#include "tokenizer/jinja_parser.h"
+#include "tokenizer/jinja/ast.h"
+#include "tokenizer/jinja/eval.h"
+#include "tokenizer/jinja/lexer.h"
+#include "tokenizer/jinja/parser.h"
 
 namespace pagoda {
 

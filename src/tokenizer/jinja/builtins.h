@@ -3,7 +3,7 @@
 
 #include <string_view>
 
-#include "tokenizer/jinja_value.h"
+#include "tokenizer/jinja/value.h"
 
 namespace pagoda::jinja {
 

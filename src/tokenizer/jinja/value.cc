@@ -1,9 +1,9 @@
-#include "tokenizer/jinja_value.h"
+#include "tokenizer/jinja/value.h"
 
 #include <algorithm>
 #include <cmath>
 
-#include "tokenizer/jinja_text.h"
+#include "tokenizer/jinja/text.h"
 
 namespace pagoda::jinja {
 

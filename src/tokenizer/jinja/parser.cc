@@ -1,4 +1,4 @@
-#include "tokenizer/jinja_parser.h"
+#include "tokenizer/jinja/parser.h"
 
 #include <algorithm>
 #include <initializer_list>
@@ -8,7 +8,7 @@
 #include <variant>
 
 #include "core/error.h"
-#include "tokenizer/jinja_expr_parser.h"
+#include "tokenizer/jinja/expr_parser.h"
 
 namespace pagoda::jinja {
 namespace {

@@ -1,10 +1,10 @@
-#include "tokenizer/jinja_ops.h"
+#include "tokenizer/jinja/ops.h"
 
 #include <algorithm>
 #include <cmath>
 #include <optional>
 
-#include "tokenizer/jinja_text.h"
+#include "tokenizer/jinja/text.h"
 
 namespace pagoda::jinja {
 namespace {

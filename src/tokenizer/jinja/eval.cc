@@ -1,4 +1,4 @@
-#include "tokenizer/jinja_eval.h"
+#include "tokenizer/jinja/eval.h"
 
 #include <algorithm>
 #include <memory>
@@ -6,9 +6,9 @@
 #include <utility>
 
 #include "core/error.h"
-#include "tokenizer/jinja_builtins.h"
-#include "tokenizer/jinja_ops.h"
-#include "tokenizer/jinja_text.h"
+#include "tokenizer/jinja/builtins.h"
+#include "tokenizer/jinja/ops.h"
+#include "tokenizer/jinja/text.h"
 
 namespace pagoda::jinja {
 

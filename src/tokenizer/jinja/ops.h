@@ -1,8 +1,8 @@
 // Operators, member access and slicing on runtime values.
 #pragma once
 
-#include "tokenizer/jinja_ast.h"
-#include "tokenizer/jinja_value.h"
+#include "tokenizer/jinja/ast.h"
+#include "tokenizer/jinja/value.h"
 
 namespace pagoda::jinja {
 

@@ -6,10 +6,10 @@
 #include <optional>
 #include <unordered_map>
 
-#include "tokenizer/jinja_builtins.h"
-#include "tokenizer/jinja_helpers.h"
-#include "tokenizer/jinja_ops.h"
-#include "tokenizer/jinja_text.h"
+#include "tokenizer/jinja/builtins.h"
+#include "tokenizer/jinja/helpers.h"
+#include "tokenizer/jinja/ops.h"
+#include "tokenizer/jinja/text.h"
 
 namespace pagoda::jinja {
 namespace {

@@ -1,11 +1,11 @@
-#include "tokenizer/jinja_lexer.h"
+#include "tokenizer/jinja/lexer.h"
 
 #include <algorithm>
 #include <array>
 #include <utility>
 
 #include "core/error.h"
-#include "tokenizer/jinja_text.h"
+#include "tokenizer/jinja/text.h"
 
 namespace pagoda::jinja {
 namespace {

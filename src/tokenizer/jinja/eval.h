@@ -6,8 +6,8 @@
 #include <string>
 #include <unordered_map>
 
-#include "tokenizer/jinja_ast.h"
-#include "tokenizer/jinja_value.h"
+#include "tokenizer/jinja/ast.h"
+#include "tokenizer/jinja/value.h"
 
 namespace pagoda::jinja {
 

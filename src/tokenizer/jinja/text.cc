@@ -1,4 +1,4 @@
-#include "tokenizer/jinja_text.h"
+#include "tokenizer/jinja/text.h"
 
 #include <fmt/format.h>
 

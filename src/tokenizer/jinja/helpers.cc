@@ -1,8 +1,8 @@
-#include "tokenizer/jinja_helpers.h"
+#include "tokenizer/jinja/helpers.h"
 
 #include <algorithm>
 
-#include "tokenizer/jinja_text.h"
+#include "tokenizer/jinja/text.h"
 
 namespace pagoda::jinja {
 
