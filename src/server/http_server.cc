@@ -2,15 +2,10 @@
 
 #include <httplib.h>
 
-#include <atomic>
 #include <chrono>
-#include <ctime>
-#include <map>
-#include <optional>
-#include <random>
 
 #include "core/error.h"
-#include "server/text_stream.h"
+#include "server/openai_call.h"
 
 namespace pagoda {
 namespace {
@@ -19,12 +14,6 @@ using Json = nlohmann::ordered_json;
 using std::chrono::milliseconds;
 
 constexpr milliseconds kPollInterval{20};
-
-std::string random_id(const char* prefix) {
-  static std::atomic<uint64_t> counter{0};
-  thread_local std::mt19937_64 rng(std::random_device{}());
-  return fmt::format("{}-{:016x}{:04x}", prefix, rng(), counter++ & 0xFFFF);
-}
 
 Json error_body(const std::string& message, const std::string& type, const std::string& param,
                 int status) {
@@ -50,274 +39,7 @@ std::string sse(const Json& chunk) {
   return "data: " + chunk.dump(-1, ' ', false, Json::error_handler_t::replace) + "\n\n";
 }
 
-// The UTF-8 bytes of a token's text, as the chat API reports them.
-Json utf8_bytes(const std::string& text) {
-  Json bytes = Json::array();
-  for (const char c : text)
-    bytes.push_back(static_cast<uint8_t>(c));
-  return bytes;
-}
-
-// One choice in flight: its engine request, its text so far and its log-probabilities.
-struct ChoiceState {
-  int64_t index = 0;
-  std::shared_ptr<RequestHandle> handle;
-  std::unique_ptr<TextStream> text;
-  std::string echo;           // the prompt text before the choice's text (completions echo)
-  std::string finish_reason;  // empty while running
-  int64_t num_tokens = 0;
-  bool started = false;  // streaming: the first chunk (role, echo) went out
-};
-
 // One API call: every prompt × n choices, submitted together so they run in one batch.
-class Call {
- public:
-  Call(EngineService& engine, const Tokenizer& tokenizer, OpenAiRequest request,
-       const std::string& model)
-      : engine_(engine),
-        tokenizer_(tokenizer),
-        request_(std::move(request)),
-        model_(model),
-        chat_(request_.endpoint == Endpoint::kChatCompletions),
-        id_(random_id(chat_ ? "chatcmpl" : "cmpl")),
-        created_(static_cast<int64_t>(std::time(nullptr))) {}
-
-  ~Call() { abort_unfinished(); }
-
-  // Submits every choice; an invalid one aborts the others and raises a 400.
-  void submit() {
-    for (size_t p = 0; p < request_.prompts.size(); ++p) {
-      for (int64_t i = 0; i < request_.n; ++i) {
-        GenerationRequest generation{.prompt_token_ids = request_.prompts[p],
-                                     .params = request_.params};
-        if (generation.params.seed) *generation.params.seed += static_cast<uint64_t>(i);
-        auto choice = std::make_unique<ChoiceState>();
-        choice->index = static_cast<int64_t>(choices_.size());
-        choice->text = std::make_unique<TextStream>(tokenizer_, request_.stop);
-        if (request_.echo) choice->echo = request_.prompt_texts[p];
-        try {
-          choice->handle = engine_.submit(std::move(generation));
-        } catch (const Error& error) {
-          throw ApiError(400, fmt::format("prompt {}: {}", p, error.what()), "prompt");
-        }
-        choices_.push_back(std::move(choice));
-      }
-      prompt_tokens_ += static_cast<int64_t>(request_.prompts[p].size());
-    }
-  }
-
-  bool finished() const {
-    for (const auto& choice : choices_) {
-      if (choice->finish_reason.empty()) return false;
-    }
-    return true;
-  }
-
-  void abort_unfinished() {
-    for (const auto& choice : choices_) {
-      if (choice->finish_reason.empty() && choice->handle) {
-        engine_.abort(choice->handle);
-        choice->finish_reason = "abort";
-      }
-    }
-  }
-
-  // Waits for news (up to `timeout` when there is none) and returns one streaming chunk per choice
-  // that moved.
-  std::vector<Json> poll(milliseconds timeout) {
-    std::vector<Json> chunks;
-    bool waited = false;
-    for (const auto& choice : choices_) {
-      if (!choice->finish_reason.empty()) continue;
-      std::vector<RequestDelta> deltas = choice->handle->wait(waited ? milliseconds(0) : timeout);
-      waited = waited || deltas.empty();
-      for (Json& chunk : advance(*choice, deltas))
-        chunks.push_back(std::move(chunk));
-    }
-    return chunks;
-  }
-
-  // The whole response, once finished().
-  Json response() {
-    Json choices = Json::array();
-    int64_t completion_tokens = 0;
-    for (const auto& choice : choices_) {
-      completion_tokens += choice->num_tokens;
-      Json entry = {{"index", choice->index}};
-      if (chat_) {
-        entry["message"] = {{"role", "assistant"}, {"content", choice->text->text()}};
-        entry["logprobs"] = logprobs_[choice->index].is_null()
-                                ? Json()
-                                : Json{{"content", logprobs_[choice->index]}};
-      } else {
-        entry["text"] = choice->echo + choice->text->text();
-        entry["logprobs"] = completion_logprobs(logprobs_[choice->index], choice->echo.size());
-      }
-      entry["finish_reason"] = choice->finish_reason;
-      choices.push_back(std::move(entry));
-    }
-    Json body = header();
-    body["choices"] = std::move(choices);
-    body["usage"] = usage(completion_tokens);
-    return body;
-  }
-
-  // The streamed usage chunk (stream_options.include_usage).
-  Json usage_chunk() {
-    int64_t completion_tokens = 0;
-    for (const auto& choice : choices_)
-      completion_tokens += choice->num_tokens;
-    Json chunk = header();
-    chunk["choices"] = Json::array();
-    chunk["usage"] = usage(completion_tokens);
-    return chunk;
-  }
-
-  bool wants_usage() const { return request_.include_usage; }
-
- private:
-  Json header() const {
-    const char* object =
-        chat_ ? (request_.stream ? "chat.completion.chunk" : "chat.completion") : "text_completion";
-    return {{"id", id_}, {"object", object}, {"created", created_}, {"model", model_}};
-  }
-
-  Json usage(int64_t completion_tokens) const {
-    return {{"prompt_tokens", prompt_tokens_},
-            {"completion_tokens", completion_tokens},
-            {"total_tokens", prompt_tokens_ + completion_tokens}};
-  }
-
-  // Chat-style entries for the tokens of one delta: {token, logprob, bytes, top_logprobs}.
-  Json token_logprobs(const std::vector<SampledToken>& tokens) const {
-    Json entries = Json::array();
-    for (const SampledToken& token : tokens) {
-      const std::string text = tokenizer_.decode(std::vector<int32_t>{token.token_id});
-      Json top = Json::array();
-      for (const TokenLogprob& alternative : token.top) {
-        const std::string alt = tokenizer_.decode(std::vector<int32_t>{alternative.token_id});
-        top.push_back(
-            {{"token", alt}, {"logprob", alternative.logprob}, {"bytes", utf8_bytes(alt)}});
-      }
-      entries.push_back({{"token", text},
-                         {"logprob", token.logprob},
-                         {"bytes", utf8_bytes(text)},
-                         {"top_logprobs", std::move(top)}});
-    }
-    return entries;
-  }
-
-  // The completions API's layout of the same entries, with text offsets from `offset`.
-  static Json completion_logprobs(const Json& entries, size_t offset) {
-    if (entries.is_null()) return Json();
-    Json out = {{"tokens", Json::array()},
-                {"token_logprobs", Json::array()},
-                {"top_logprobs", Json::array()},
-                {"text_offset", Json::array()}};
-    for (const Json& entry : entries) {
-      out["tokens"].push_back(entry["token"]);
-      out["token_logprobs"].push_back(entry["logprob"]);
-      Json top = Json::object();
-      for (const Json& alternative : entry["top_logprobs"])
-        top[alternative["token"].get<std::string>()] = alternative["logprob"];
-      out["top_logprobs"].push_back(std::move(top));
-      out["text_offset"].push_back(offset);
-      offset += entry["token"].get<std::string>().size();
-    }
-    return out;
-  }
-
-  // Applies a choice's deltas; returns its streaming chunks: a chat choice's first says only its
-  // role, then one per call with new text or the end.
-  std::vector<Json> advance(ChoiceState& choice, const std::vector<RequestDelta>& deltas) {
-    std::string text;
-    Json entries = Json::array();
-    for (const RequestDelta& delta : deltas) {
-      if (!choice.finish_reason.empty()) break;
-      std::vector<int32_t> ids;
-      for (const SampledToken& token : delta.new_tokens)
-        ids.push_back(token.token_id);
-      choice.num_tokens += static_cast<int64_t>(ids.size());
-      // A stop token (EOS or a stop_token_id) ends the text without appearing in it, as in vLLM.
-      if (delta.finish_reason == FinishReason::kStop && !ids.empty()) ids.pop_back();
-      text += choice.text->add(ids);
-      if (request_.logprobs >= 0) {
-        for (Json& entry : token_logprobs(delta.new_tokens))
-          entries.push_back(std::move(entry));
-      }
-      if (choice.text->stopped()) {
-        choice.finish_reason = "stop";
-        engine_.abort(choice.handle);
-      } else if (delta.finish_reason != FinishReason::kNone) {
-        text += choice.text->finish();
-        choice.finish_reason = choice.text->stopped() ? "stop" : to_string(delta.finish_reason);
-        if (delta.finish_reason == FinishReason::kAbort ||
-            delta.finish_reason == FinishReason::kError) {
-          error_ = choice.handle->error();
-          choice.finish_reason = "abort";
-        }
-      }
-    }
-    if (request_.logprobs >= 0 && !entries.empty()) {
-      Json& all = logprobs_[choice.index];
-      if (all.is_null()) all = Json::array();
-      for (const Json& entry : entries)
-        all.push_back(entry);
-    }
-    std::vector<Json> chunks;
-    if (!request_.stream) return chunks;
-    const bool opening = !choice.started;
-    choice.started = true;
-    if (opening && chat_) {
-      chunks.push_back(chunk_of({{"index", choice.index},
-                                 {"delta", {{"role", "assistant"}, {"content", ""}}},
-                                 {"logprobs", Json()},
-                                 {"finish_reason", Json()}}));
-    }
-    const bool echo_due = opening && !choice.echo.empty();
-    // Log-probabilities go out with their tokens even when the tokens' text is still held back.
-    if (text.empty() && entries.empty() && choice.finish_reason.empty() && !echo_due) {
-      return chunks;
-    }
-    Json entry = {{"index", choice.index}};
-    const Json logprobs = request_.logprobs >= 0 && !entries.empty() ? entries : Json();
-    if (chat_) {
-      entry["delta"] = {{"content", text}};
-      entry["logprobs"] = logprobs.is_null() ? Json() : Json{{"content", logprobs}};
-    } else {
-      const size_t offset = choice.echo.size() + choice.text->text().size() - text.size();
-      entry["text"] = (opening ? choice.echo : "") + text;
-      entry["logprobs"] = completion_logprobs(logprobs, offset);
-    }
-    entry["finish_reason"] = choice.finish_reason.empty() || choice.finish_reason == "abort"
-                                 ? Json()
-                                 : Json(choice.finish_reason);
-    chunks.push_back(chunk_of(std::move(entry)));
-    return chunks;
-  }
-
-  Json chunk_of(Json choice) const {
-    Json chunk = header();
-    chunk["choices"] = Json::array({std::move(choice)});
-    return chunk;
-  }
-
- public:
-  const std::string& error() const { return error_; }
-
- private:
-  EngineService& engine_;
-  const Tokenizer& tokenizer_;
-  OpenAiRequest request_;
-  std::string model_;
-  bool chat_;
-  std::string id_;
-  int64_t created_;
-  std::vector<std::unique_ptr<ChoiceState>> choices_;
-  std::map<int64_t, Json> logprobs_;  // per choice: chat-style entries of every token so far
-  int64_t prompt_tokens_ = 0;
-  std::string error_;  // set when the engine failed a choice
-};
 
 Json parse_body(const httplib::Request& request) {
   try {
@@ -441,8 +163,8 @@ OpenAiServer::OpenAiServer(EngineService& engine, const Tokenizer& tokenizer,
       OpenAiRequest parsed =
           parse_openai_request(parse_body(request), endpoint, tokenizer_, chat_, limits_);
       const bool stream = parsed.stream;
-      auto call =
-          std::make_shared<Call>(engine_, tokenizer_, std::move(parsed), limits_.served_model_name);
+      auto call = std::make_shared<OpenAiCall>(engine_, tokenizer_, std::move(parsed),
+                                               limits_.served_model_name);
       call->submit();
       if (!stream) {
         while (!call->finished())
