@@ -46,57 +46,6 @@ std::vector<int32_t> read_ids(const nlohmann::ordered_json& value, const std::st
   return ids;
 }
 
-// Sampling fields of a request object over the command line's defaults.
-SamplingParams read_sampling(const nlohmann::ordered_json& object, SamplingParams params,
-                             const std::string& where) {
-  for (const auto& [key, value] : object.items()) {
-    auto number = [&]() {
-      if (!value.is_number()) fail("{}: '{}' must be a number; got {}", where, key, value.dump());
-      return value.get<double>();
-    };
-    auto integer = [&]() {
-      if (!value.is_number_integer()) {
-        fail("{}: '{}' must be an integer; got {}", where, key, value.dump());
-      }
-      return value.get<int64_t>();
-    };
-    if (key == "prompt_token_ids" || key == "prompt" || key == "messages") continue;
-    if (key == "temperature")
-      params.temperature = number();
-    else if (key == "top_k")
-      params.top_k = integer();
-    else if (key == "top_p")
-      params.top_p = number();
-    else if (key == "min_p")
-      params.min_p = number();
-    else if (key == "seed")
-      params.seed = static_cast<uint64_t>(integer());
-    else if (key == "max_tokens")
-      params.max_tokens = integer();
-    else if (key == "min_tokens")
-      params.min_tokens = integer();
-    else if (key == "presence_penalty")
-      params.presence_penalty = number();
-    else if (key == "frequency_penalty")
-      params.frequency_penalty = number();
-    else if (key == "repetition_penalty")
-      params.repetition_penalty = number();
-    else if (key == "logprobs")
-      params.logprobs = integer();
-    else if (key == "prompt_logprobs")
-      params.prompt_logprobs = integer();
-    else if (key == "stop_token_ids")
-      params.stop_token_ids = read_ids(value, where + " stop_token_ids");
-    else if (key == "ignore_eos") {
-      if (!value.is_boolean()) fail("{}: 'ignore_eos' must be true or false", where);
-      params.ignore_eos = value.get<bool>();
-    } else {
-      fail("{}: unknown request field '{}'", where, key);
-    }
-  }
-  return params;
-}
-
 }  // namespace
 
 std::vector<PromptSpec> read_prompts_file(const std::string& path, const SamplingParams& defaults) {
@@ -117,7 +66,13 @@ std::vector<PromptSpec> read_prompts_file(const std::string& path, const Samplin
       requests.push_back({.ids = read_ids(value, where), .params = defaults});
       continue;
     }
-    PromptSpec prompt{.params = read_sampling(value, defaults, where)};
+    constexpr std::string_view kPromptFields[] = {"prompt_token_ids", "prompt", "messages"};
+    PromptSpec prompt;
+    try {
+      prompt.params = read_sampling_params(value, defaults, kPromptFields);
+    } catch (const Error& error) {
+      fail("{}: {}", where, error.what());
+    }
     const int kinds = static_cast<int>(value.contains("prompt_token_ids")) +
                       static_cast<int>(value.contains("prompt")) +
                       static_cast<int>(value.contains("messages"));

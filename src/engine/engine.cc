@@ -151,8 +151,11 @@ void Engine::append_tokens(std::span<const ScheduledChunk> chunks,
     ++counters_.generated_tokens;
     request.finish_reason = finish_reason(request, token.token_id);
     if (request.finish_reason != FinishReason::kNone) scheduler_.remove(&request);
-    deltas.push_back(RequestDelta{
+    RequestDelta& delta = deltas.emplace_back(RequestDelta{
         .request_id = request.id, .new_tokens = {token}, .finish_reason = request.finish_reason});
+    if (request.params.prompt_logprobs && request.num_output_tokens() == 1) {
+      delta.prompt_logprobs = request.prompt_logprobs;
+    }
   }
 }
 

@@ -48,6 +48,9 @@ struct RequestDelta {
   std::vector<SampledToken> new_tokens;
   FinishReason finish_reason = FinishReason::kNone;
   std::string error;  // with kError: what failed
+  // With prompt log-probabilities asked for, in the delta of the first generated token: one per
+  // prompt token, the first empty.
+  std::vector<std::optional<Logprobs>> prompt_logprobs;
 };
 
 // The step loop: requests can be added and aborted between steps; each step returns deltas.

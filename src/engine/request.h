@@ -33,6 +33,7 @@ struct TokenLogprob {
 struct Logprobs {
   float logprob = 0.0f;
   std::vector<TokenLogprob> top;
+  int64_t rank = 0;  // of a prompt token: 1 + how many tokens are likelier
 };
 
 // A token as a step streams it: the id with its log-probabilities.

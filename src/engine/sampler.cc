@@ -103,9 +103,10 @@ void Sampler::record_prompt_logprobs(Request& request, int64_t first_position,
       continue;  // past the prompt, or recorded before a preemption
     }
     const float* row = logprobs + j * vocab;
+    const float logprob = row[request.token_ids[predicted]];
     request.prompt_logprobs.push_back(
-        Logprobs{row[request.token_ids[predicted]],
-                 top_logprobs(row, vocab, *request.params.prompt_logprobs)});
+        Logprobs{logprob, top_logprobs(row, vocab, *request.params.prompt_logprobs),
+                 1 + std::count_if(row, row + vocab, [&](float x) { return x > logprob; })});
   }
 }
 

@@ -1,14 +1,58 @@
 #include "engine/sampling_params.h"
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "core/error.h"
 
 namespace pagoda {
 namespace {
 
+using Json = nlohmann::ordered_json;
+
 void check_finite(const char* name, double value) {
   if (!std::isfinite(value)) fail("{} is {}; it must be a finite number", name, value);
+}
+
+// Text as a message quotes it: cut short.
+std::string shortened(std::string text) {
+  constexpr size_t kMaxQuoted = 40;
+  if (text.size() > kMaxQuoted) text = text.substr(0, kMaxQuoted) + "...";
+  return text;
+}
+
+std::string quoted(const Json& value) {
+  return shortened(value.dump(-1, ' ', false, Json::error_handler_t::replace));
+}
+
+[[noreturn]] void wrong_type(const std::string& key, const char* expected, const Json& value) {
+  throw FieldError(fmt::format("'{}' must be {}, not {}", key, expected, quoted(value)), key);
+}
+
+double number(const std::string& key, const Json& value) {
+  if (!value.is_number()) wrong_type(key, "a number", value);
+  return value.get<double>();
+}
+
+int64_t integer(const std::string& key, const Json& value) {
+  if (!value.is_number_integer() ||
+      (value.is_number_unsigned() && value.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX))) {
+    wrong_type(key, "an integer", value);
+  }
+  return value.get<int64_t>();
+}
+
+std::vector<int32_t> token_ids(const std::string& key, const Json& value) {
+  if (!value.is_array()) wrong_type(key, "a list of token ids", value);
+  std::vector<int32_t> ids;
+  for (const Json& id : value) {
+    if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() > INT32_MAX) {
+      wrong_type(key, "a list of token ids", id);
+    }
+    ids.push_back(static_cast<int32_t>(id.get<int64_t>()));
+  }
+  return ids;
 }
 
 }  // namespace
@@ -47,6 +91,48 @@ void SamplingParams::validate(int64_t vocab_size) const {
       fail("stop token id {} is outside the vocabulary of {}", id, vocab_size);
     }
   }
+}
+
+SamplingParams read_sampling_params(const Json& object, SamplingParams params,
+                                    std::span<const std::string_view> other_fields) {
+  if (!object.is_object()) throw FieldError("a request must be a JSON object", "");
+  for (const auto& [key, value] : object.items()) {
+    if (std::find(other_fields.begin(), other_fields.end(), key) != other_fields.end()) continue;
+    if (value.is_null()) continue;
+    if (key == "temperature") {
+      params.temperature = number(key, value);
+    } else if (key == "top_k") {
+      params.top_k = integer(key, value);
+    } else if (key == "top_p") {
+      params.top_p = number(key, value);
+    } else if (key == "min_p") {
+      params.min_p = number(key, value);
+    } else if (key == "seed") {
+      params.seed = static_cast<uint64_t>(integer(key, value));
+    } else if (key == "max_tokens") {
+      params.max_tokens = integer(key, value);
+    } else if (key == "min_tokens") {
+      params.min_tokens = integer(key, value);
+    } else if (key == "stop_token_ids") {
+      params.stop_token_ids = token_ids(key, value);
+    } else if (key == "ignore_eos") {
+      if (!value.is_boolean()) wrong_type(key, "true or false", value);
+      params.ignore_eos = value.get<bool>();
+    } else if (key == "presence_penalty") {
+      params.presence_penalty = number(key, value);
+    } else if (key == "frequency_penalty") {
+      params.frequency_penalty = number(key, value);
+    } else if (key == "repetition_penalty") {
+      params.repetition_penalty = number(key, value);
+    } else if (key == "logprobs") {
+      params.logprobs = integer(key, value);
+    } else if (key == "prompt_logprobs") {
+      params.prompt_logprobs = integer(key, value);
+    } else {
+      throw FieldError(fmt::format("unknown request field '{}'", shortened(key)), key);
+    }
+  }
+  return params;
 }
 
 }  // namespace pagoda

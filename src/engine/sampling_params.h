@@ -2,8 +2,14 @@
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <optional>
+#include <span>
+#include <string>
+#include <string_view>
 #include <vector>
+
+#include "core/error.h"
 
 namespace pagoda {
 
@@ -28,5 +34,22 @@ struct SamplingParams {
   // Throws Error naming the parameter, its value and the allowed range.
   void validate(int64_t vocab_size) const;
 };
+
+// A request field that is unknown or holds a value of the wrong type; `field` names it.
+class FieldError : public Error {
+ public:
+  FieldError(const std::string& message, std::string field)
+      : Error(message), field(std::move(field)) {}
+  std::string field;
+};
+
+// The sampling fields of a request object in vLLM's spelling, over `defaults`: temperature,
+// top_k, top_p, min_p, seed, max_tokens, min_tokens, stop_token_ids, ignore_eos, the presence,
+// frequency and repetition penalties, logprobs (top alternatives per generated token) and
+// prompt_logprobs. A null value leaves the default. Keys in `other_fields` are the caller's to
+// read, even one of these. Throws FieldError for any other key and for a value of the wrong type;
+// ranges are validate()'s to check.
+SamplingParams read_sampling_params(const nlohmann::ordered_json& object, SamplingParams defaults,
+                                    std::span<const std::string_view> other_fields);
 
 }  // namespace pagoda

@@ -31,12 +31,14 @@ Json utf8_bytes(const std::string& text) {
 // One choice in flight: its engine request, its text so far and its log-probabilities.
 struct ChoiceState {
   int64_t index = 0;
+  int64_t prompt = 0;  // which of the request's prompts
   std::shared_ptr<RequestHandle> handle;
   std::unique_ptr<TextStream> text;
   std::string echo;           // the prompt text before the choice's text (completions echo)
   std::string finish_reason;  // empty while running
   int64_t num_tokens = 0;
   bool started = false;  // streaming: the first chunk (role, echo) went out
+  Json prompt_logprobs;  // with prompt_logprobs asked for, once the prompt is computed
 };
 
 }  // namespace
@@ -64,6 +66,7 @@ class OpenAiCall::State {
         if (generation.params.seed) *generation.params.seed += static_cast<uint64_t>(i);
         auto choice = std::make_unique<ChoiceState>();
         choice->index = static_cast<int64_t>(choices_.size());
+        choice->prompt = static_cast<int64_t>(p);
         choice->text = std::make_unique<TextStream>(tokenizer_, request_.stop);
         if (request_.echo) choice->echo = request_.prompt_texts[p];
         try {
@@ -124,6 +127,7 @@ class OpenAiCall::State {
         entry["text"] = choice->echo + choice->text->text();
         entry["logprobs"] = completion_logprobs(logprobs_[choice->index], choice->echo.size());
       }
+      if (request_.params.prompt_logprobs) entry["prompt_logprobs"] = choice->prompt_logprobs;
       entry["finish_reason"] = choice->finish_reason;
       choices.push_back(std::move(entry));
     }
@@ -198,13 +202,47 @@ class OpenAiCall::State {
     return out;
   }
 
+  // vLLM's layout of prompt log-probabilities: null for the first token, then per token a map
+  // from token id to its log-probability, rank and text, for the prompt's token and the top ones.
+  Json prompt_logprobs(const ChoiceState& choice,
+                       const std::vector<std::optional<Logprobs>>& logprobs) const {
+    const std::vector<int32_t>& prompt = request_.prompts[choice.prompt];
+    Json out = Json::array();
+    for (size_t i = 0; i < logprobs.size(); ++i) {
+      if (!logprobs[i]) {
+        out.push_back(nullptr);
+        continue;
+      }
+      const auto entry = [&](int32_t token, float logprob, int64_t rank) {
+        return Json{{"logprob", logprob},
+                    {"rank", rank},
+                    {"decoded_token", tokenizer_.decode(std::vector<int32_t>{token})}};
+      };
+      Json position = Json::object();
+      position[std::to_string(prompt[i])] =
+          entry(prompt[i], logprobs[i]->logprob, logprobs[i]->rank);
+      for (size_t k = 0; k < logprobs[i]->top.size(); ++k) {
+        const TokenLogprob& top = logprobs[i]->top[k];
+        position[std::to_string(top.token_id)] =
+            entry(top.token_id, top.logprob, static_cast<int64_t>(k) + 1);
+      }
+      out.push_back(std::move(position));
+    }
+    return out;
+  }
+
   // Applies a choice's deltas; returns its streaming chunks: a chat choice's first says only its
   // role, then one per call with new text or the end.
   std::vector<Json> advance(ChoiceState& choice, const std::vector<RequestDelta>& deltas) {
     std::string text;
     Json entries = Json::array();
+    bool prompt_logprobs_due = false;
     for (const RequestDelta& delta : deltas) {
       if (!choice.finish_reason.empty()) break;
+      if (!delta.prompt_logprobs.empty()) {
+        choice.prompt_logprobs = prompt_logprobs(choice, delta.prompt_logprobs);
+        prompt_logprobs_due = true;
+      }
       std::vector<int32_t> ids;
       for (const SampledToken& token : delta.new_tokens)
         ids.push_back(token.token_id);
@@ -247,7 +285,8 @@ class OpenAiCall::State {
     }
     const bool echo_due = opening && !choice.echo.empty();
     // Log-probabilities go out with their tokens even when the tokens' text is still held back.
-    if (text.empty() && entries.empty() && choice.finish_reason.empty() && !echo_due) {
+    if (text.empty() && entries.empty() && choice.finish_reason.empty() && !echo_due &&
+        !prompt_logprobs_due) {
       return chunks;
     }
     Json entry = {{"index", choice.index}};
@@ -260,6 +299,7 @@ class OpenAiCall::State {
       entry["text"] = (opening ? choice.echo : "") + text;
       entry["logprobs"] = completion_logprobs(logprobs, offset);
     }
+    if (prompt_logprobs_due) entry["prompt_logprobs"] = choice.prompt_logprobs;
     entry["finish_reason"] = choice.finish_reason.empty() || choice.finish_reason == "abort"
                                  ? Json()
                                  : Json(choice.finish_reason);

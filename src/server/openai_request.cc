@@ -14,12 +14,6 @@ using Json = nlohmann::ordered_json;
   throw ApiError(400, message, param);
 }
 
-double number(const Json& value, const std::string& name) {
-  if (!value.is_number())
-    bad(name, fmt::format("'{}' must be a number, not {}", name, value.dump()));
-  return value.get<double>();
-}
-
 int64_t integer(const Json& value, const std::string& name) {
   if (!value.is_number_integer()) {
     bad(name, fmt::format("'{}' must be an integer, not {}", name, value.dump()));
@@ -99,33 +93,12 @@ std::vector<std::string> read_stop(const Json& value) {
   bad("stop", "'stop' must be a string or a list of strings");
 }
 
-// The sampling fields shared by both endpoints.
-void read_sampling(const Json& body, OpenAiRequest& request) {
-  SamplingParams& params = request.params;
+// The request fields that are not sampling parameters: read here, or (user) accepted and unused.
+void read_request_fields(const Json& body, OpenAiRequest& request) {
   const auto optional = [&](const char* name) -> const Json* {
     const auto it = body.find(name);
     return it == body.end() || it->is_null() ? nullptr : &*it;
   };
-  if (const Json* v = optional("temperature")) params.temperature = number(*v, "temperature");
-  if (const Json* v = optional("top_p")) params.top_p = number(*v, "top_p");
-  if (const Json* v = optional("top_k")) params.top_k = integer(*v, "top_k");
-  if (const Json* v = optional("min_p")) params.min_p = number(*v, "min_p");
-  if (const Json* v = optional("presence_penalty")) {
-    params.presence_penalty = number(*v, "presence_penalty");
-  }
-  if (const Json* v = optional("frequency_penalty")) {
-    params.frequency_penalty = number(*v, "frequency_penalty");
-  }
-  if (const Json* v = optional("repetition_penalty")) {
-    params.repetition_penalty = number(*v, "repetition_penalty");
-  }
-  if (const Json* v = optional("seed")) params.seed = static_cast<uint64_t>(integer(*v, "seed"));
-  if (const Json* v = optional("min_tokens")) params.min_tokens = integer(*v, "min_tokens");
-  if (const Json* v = optional("ignore_eos")) params.ignore_eos = boolean(*v, "ignore_eos");
-  if (const Json* v = optional("stop_token_ids")) {
-    if (!v->is_array()) bad("stop_token_ids", "'stop_token_ids' must be a list of token ids");
-    params.stop_token_ids = token_ids(*v, "stop_token_ids");
-  }
   if (const Json* v = optional("n")) request.n = integer(*v, "n");
   if (const Json* v = optional("stop")) request.stop = read_stop(*v);
   if (const Json* v = optional("stream")) request.stream = boolean(*v, "stream");
@@ -153,12 +126,25 @@ OpenAiRequest parse_openai_request(const Json& body, Endpoint endpoint, const To
                      "model", "NotFoundError");
     }
   }
-  read_sampling(body, request);
-  const auto max_tokens_field = [&](const char* name) -> std::optional<int64_t> {
-    if (!body.contains(name) || body[name].is_null()) return std::nullopt;
-    return integer(body[name], name);
-  };
-  std::optional<int64_t> max_tokens = max_tokens_field("max_tokens");
+  // The sampling fields, read as the command line's prompts files read them; the rest are each
+  // endpoint's own.
+  static constexpr std::string_view kCompletionFields[] = {
+      "model", "prompt", "n", "stop", "stream", "stream_options", "echo", "logprobs", "user"};
+  static constexpr std::string_view kChatFields[] = {
+      "model",    "messages",     "n",
+      "stop",     "stream",       "stream_options",
+      "logprobs", "top_logprobs", "max_completion_tokens",
+      "user"};
+  try {
+    request.params = read_sampling_params(body, {.max_tokens = 16},
+                                          endpoint == Endpoint::kCompletions
+                                              ? std::span<const std::string_view>(kCompletionFields)
+                                              : std::span<const std::string_view>(kChatFields));
+  } catch (const FieldError& error) {
+    bad(error.field, error.what());
+  }
+  read_request_fields(body, request);
+  const auto given = [&](const char* name) { return body.contains(name) && !body[name].is_null(); };
   if (endpoint == Endpoint::kCompletions) {
     if (!body.contains("prompt")) bad("prompt", "'prompt' is required");
     read_prompts(body["prompt"], tokenizer, request);
@@ -168,7 +154,6 @@ OpenAiRequest parse_openai_request(const Json& body, Endpoint endpoint, const To
       request.logprobs = integer(body["logprobs"], "logprobs");
       if (request.logprobs < 0) bad("logprobs", "'logprobs' must not be negative");
     }
-    request.params.max_tokens = max_tokens.value_or(16);
   } else {
     if (!body.contains("messages")) bad("messages", "'messages' is required");
     if (chat == nullptr) bad("messages", "this model has no chat template");
@@ -178,7 +163,9 @@ OpenAiRequest parse_openai_request(const Json& body, Endpoint endpoint, const To
       bad("messages", error.what());
     }
     request.prompt_texts.push_back("");
-    if (const auto completion = max_tokens_field("max_completion_tokens")) max_tokens = completion;
+    if (given("max_completion_tokens")) {
+      request.params.max_tokens = integer(body["max_completion_tokens"], "max_completion_tokens");
+    }
     if (body.contains("logprobs") && !body["logprobs"].is_null() &&
         boolean(body["logprobs"], "logprobs")) {
       request.logprobs = 0;
@@ -188,14 +175,20 @@ OpenAiRequest parse_openai_request(const Json& body, Endpoint endpoint, const To
       }
     }
     // Without max_tokens a chat completion may run to the end of the context.
-    const int64_t room = limits.max_model_len - static_cast<int64_t>(request.prompts[0].size());
-    request.params.max_tokens = max_tokens.value_or(std::max<int64_t>(room, 1));
+    if (!given("max_tokens") && !given("max_completion_tokens")) {
+      const int64_t room = limits.max_model_len - static_cast<int64_t>(request.prompts[0].size());
+      request.params.max_tokens = std::max<int64_t>(room, 1);
+    }
   }
   if (request.logprobs > limits.max_logprobs) {
     bad("logprobs", fmt::format("at most {} log-probabilities per token; asked for {}",
                                 limits.max_logprobs, request.logprobs));
   }
   request.params.logprobs = std::max<int64_t>(request.logprobs, 0);
+  if (request.params.prompt_logprobs && *request.params.prompt_logprobs > limits.max_logprobs) {
+    bad("prompt_logprobs", fmt::format("at most {} log-probabilities per token; asked for {}",
+                                       limits.max_logprobs, *request.params.prompt_logprobs));
+  }
   if (request.n < 1 || request.n > limits.max_n) {
     bad("n", fmt::format("'n' is {}; it must be in [1, {}]", request.n, limits.max_n));
   }

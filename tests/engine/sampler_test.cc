@@ -139,5 +139,50 @@ TEST(SamplingParamsTest, ValidationNamesTheParameter) {
   EXPECT_NO_THROW(SamplingParams{}.validate(256));
 }
 
+// The one reader of request fields that prompts files and the server share.
+TEST(SamplingParamsTest, ReadsRequestFieldsOverDefaults) {
+  using Json = nlohmann::ordered_json;
+  const std::string_view other[] = {"prompt", "temperature_note"};
+  const SamplingParams params = read_sampling_params(
+      Json::parse(R"({"prompt": "x", "temperature": 0.5, "top_k": 3, "seed": 9, "max_tokens": 7,
+                      "stop_token_ids": [1, 2], "ignore_eos": true, "logprobs": 2,
+                      "prompt_logprobs": 1, "top_p": null, "temperature_note": {"any": 1}})"),
+      {.temperature = 0.0, .top_p = 0.8}, other);
+  EXPECT_EQ(params.temperature, 0.5);
+  EXPECT_EQ(params.top_p, 0.8);  // null keeps the default
+  EXPECT_EQ(params.top_k, 3);
+  EXPECT_EQ(params.seed, 9u);
+  EXPECT_EQ(params.max_tokens, 7);
+  EXPECT_EQ(params.stop_token_ids, (std::vector<int32_t>{1, 2}));
+  EXPECT_TRUE(params.ignore_eos);
+  EXPECT_EQ(params.logprobs, 2);
+  EXPECT_EQ(params.prompt_logprobs, 1);
+  const std::pair<const char*, const char*> bad[] = {
+      {R"({"temprature": 1})", "temprature"},
+      {R"({"top_k": 1.5})", "top_k"},
+      {R"({"max_tokens": "5"})", "max_tokens"},
+      {R"({"ignore_eos": 1})", "ignore_eos"},
+      {R"({"stop_token_ids": [-1]})", "stop_token_ids"},
+      {R"({"seed": 18446744073709551615})", "seed"},
+  };
+  for (const auto& [body, field] : bad) {
+    try {
+      read_sampling_params(Json::parse(body), {}, {});
+      ADD_FAILURE() << body << " was accepted";
+    } catch (const FieldError& error) {
+      EXPECT_EQ(error.field, field) << body;
+      EXPECT_NE(std::string(error.what()).find(field), std::string::npos) << error.what();
+    }
+  }
+  // A long value is quoted by a short prefix.
+  try {
+    read_sampling_params(Json::parse(R"({"temperature": ")" + std::string(500, 'h') + R"("})"), {},
+                         {});
+    ADD_FAILURE() << "a string temperature was accepted";
+  } catch (const FieldError& error) {
+    EXPECT_LT(std::string(error.what()).size(), 100u) << error.what();
+  }
+}
+
 }  // namespace
 }  // namespace pagoda

@@ -134,10 +134,25 @@ async function check_sampling_fields(ctx) {
   assert_usage(response.usage, byte_count("Every knob"), 8);
 }
 
-async function check_unknown_fields(ctx) {
-  const params = { prompt: "Ignore extras", max_tokens: 4, ignore_eos: true };
-  const response = await complete(ctx, { ...params, user: "test", a_future_field: { x: [1] } });
-  assert_usage(response.usage, byte_count(params.prompt), 4);
+// The sampling fields are read as a prompts file's are: prompt_logprobs too, in vLLM's layout
+// (null first, then a map from token id to log-probability, rank and text); `user` is accepted.
+async function check_prompt_logprobs(ctx) {
+  const params = { prompt: "Count me", max_tokens: 2, ignore_eos: true, prompt_logprobs: 2 };
+  const response = await complete(ctx, { ...params, user: "test" });
+  const logprobs = response.choices[0].prompt_logprobs;
+  assert.equal(logprobs.length, byte_count(params.prompt));
+  assert.equal(logprobs[0], null);
+  for (let i = 1; i < logprobs.length; ++i) {
+    const entries = Object.entries(logprobs[i]);
+    assert.ok(entries.length >= 2 && entries.length <= 3, JSON.stringify(logprobs[i]));
+    for (const [id, entry] of entries) {
+      assert.ok(Number.isInteger(Number(id)));
+      assert.ok(entry.logprob <= 0 && entry.rank >= 1 && typeof entry.decoded_token === "string");
+    }
+    const ranked = entries.map(([, e]) => e).filter((e) => e.rank <= 2);
+    assert.equal(ranked.length, 2);
+  }
+  assert_usage(response.usage, byte_count(params.prompt), 2);
 }
 
 // EOS may come only after min_tokens tokens, so min_tokens = max_tokens always runs to the limit.
@@ -328,7 +343,7 @@ export function completion_checks(ctx) {
     ["completions: a seed repeats its sample, other seeds differ", check_seed],
     ["completions: top_k 1 samples the greedy tokens", check_top_k_one],
     ["completions: every sampling field is accepted", check_sampling_fields],
-    ["completions: unknown fields are ignored", check_unknown_fields],
+    ["completions: prompt log-probabilities", check_prompt_logprobs],
     ["completions: min_tokens holds EOS back", check_min_tokens],
     ["completions: streamed text and usage equal the non-streamed", check_stream_matches],
     ["completions: stream framing is data: lines ending in [DONE]", check_stream_wire_format],

@@ -36,6 +36,7 @@ TEST(OpenAiRequestTest, CompletionFields) {
   EXPECT_EQ(r.logprobs, 3);
   EXPECT_EQ(r.params.logprobs, 3);
   EXPECT_TRUE(r.echo && r.stream && r.include_usage);
+  EXPECT_EQ(parse(R"({"prompt": "a", "prompt_logprobs": 2})").params.prompt_logprobs, 2);
 }
 
 TEST(OpenAiRequestTest, ChatFieldsAndDefaults) {
@@ -67,6 +68,10 @@ TEST(OpenAiRequestTest, BadRequestsNameTheParameter) {
       {R"({"prompt": "a", "logprobs": 100})", "logprobs"},
       {R"({"prompt": "a", "logprobs": -1})", "logprobs"},
       {R"({"prompt": "a", "seed": 1.5})", "seed"},
+      {R"({"prompt": "a", "a_future_field": 1})", "a_future_field"},
+      {R"({"prompt": "a", "prompt_logprobs": "all"})", "prompt_logprobs"},
+      {R"({"prompt": "a", "prompt_logprobs": 21})", "prompt_logprobs"},
+      {R"({"prompt": "a", "top_logprobs": 2})", "top_logprobs"},
   };
   for (const auto& [body, param] : cases) {
     try {
