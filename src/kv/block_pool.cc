@@ -5,11 +5,10 @@
 
 namespace pagoda {
 
-BlockPool::BlockPool(int64_t num_blocks) : blocks_(num_blocks) {
+BlockPool::BlockPool(int64_t num_blocks) : blocks_(num_blocks), cache_(num_blocks) {
   PAGODA_CHECK(num_blocks > kNullBlocks, "a block pool needs more than the null block");
   for (int64_t b = kNullBlocks; b < num_blocks; ++b)
     push_free(static_cast<int32_t>(b), /*at_back=*/true);
-  cache_.reserve(num_blocks);
 }
 
 void BlockPool::push_free(int32_t id, bool at_back) {
@@ -56,7 +55,7 @@ void BlockPool::allocate(std::span<int32_t> out) {
     Block& block = blocks_[id];
     block.ref_count = 1;
     if (block.key) {
-      cache_.erase(*block.key);
+      cache_.erase(block.key->hash, block.key->group);
       block.key.reset();
     }
     taken = id;
@@ -74,9 +73,7 @@ void BlockPool::free(std::span<const int32_t> ids) {
 }
 
 std::optional<int32_t> BlockPool::cached_block(BlockHash hash, int64_t group) const {
-  const auto it = cache_.find(Key{hash, group});
-  if (it == cache_.end()) return std::nullopt;
-  return it->second;
+  return cache_.find(hash, group);
 }
 
 void BlockPool::take(std::span<const int32_t> ids) {
@@ -91,10 +88,8 @@ void BlockPool::take(std::span<const int32_t> ids) {
 void BlockPool::cache(int32_t id, BlockHash hash, int64_t group) {
   check_block(id);
   Block& block = blocks_[id];
-  const Key key{hash, group};
-  if (block.key || cache_.count(key) != 0) return;
-  block.key = key;
-  cache_.emplace(key, id);
+  if (block.key) return;
+  if (cache_.insert(hash, group, id)) block.key = Key{hash, group};
 }
 
 }  // namespace pagoda

@@ -9,10 +9,10 @@
 #include <cstdint>
 #include <optional>
 #include <span>
-#include <unordered_map>
 #include <vector>
 
 #include "kv/block_hash.h"
+#include "kv/prefix_table.h"
 
 namespace pagoda {
 
@@ -25,7 +25,7 @@ class BlockPool {
 
   int64_t num_blocks() const { return static_cast<int64_t>(blocks_.size()); }
   int64_t num_free() const { return num_free_; }
-  int64_t num_cached() const { return static_cast<int64_t>(cache_.size()); }
+  int64_t num_cached() const { return cache_.size(); }
   bool can_allocate(int64_t count) const { return count <= num_free(); }
 
   // Fills `out` with blocks from the front of the free queue, each with one reference; cached ones
@@ -41,6 +41,8 @@ class BlockPool {
   std::optional<int32_t> cached_block(BlockHash hash, int64_t group) const;
   // Adds a reference to each block (prefix-cache hits); a free one leaves the free queue.
   void take(std::span<const int32_t> blocks);
+  // Starts loading what cache(_, hash, group) will touch.
+  void prefetch_cache(BlockHash hash, int64_t group) const { cache_.prefetch(hash, group); }
   // Records that `block`, now full, holds the prefix `hash` of group `group`. A block already
   // caching something, or a hash already cached by another block, is left as it is.
   void cache(int32_t block, BlockHash hash, int64_t group);
@@ -49,12 +51,6 @@ class BlockPool {
   struct Key {
     BlockHash hash;
     int64_t group;
-    bool operator==(const Key&) const = default;
-  };
-  struct KeyHash {
-    size_t operator()(const Key& key) const {
-      return key.hash ^ (key.group * 0x9e3779b97f4a7c15ull);
-    }
   };
   struct Block {
     int32_t ref_count = 0;
@@ -74,7 +70,7 @@ class BlockPool {
   int32_t head_ = -1;  // the free queue's front
   int32_t tail_ = -1;
   int64_t num_free_ = 0;
-  std::unordered_map<Key, int32_t, KeyHash> cache_;
+  PrefixTable cache_;
 };
 
 }  // namespace pagoda
