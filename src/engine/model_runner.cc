@@ -90,7 +90,6 @@ const ForwardBatch& ModelRunner::prepare(std::span<const ScheduledChunk> ordered
   batch.token_ids.resize(num_tokens + padding_rows, 0);
   batch.positions.resize(num_tokens + padding_rows, 0);
   for (size_t g = 0; g < plan_.groups.size(); ++g) {
-    const int64_t block_size = plan_.groups[g].spec.page.block_size;
     AttentionMetadata& meta = metadata_[g];
     meta.num_actual_tokens = num_tokens;
     meta.num_decode_tokens = 0;
@@ -100,17 +99,22 @@ const ForwardBatch& ModelRunner::prepare(std::span<const ScheduledChunk> ordered
     meta.seq_lens.clear();
     meta.block_table_rows.clear();
     meta.slot_mapping.clear();
-    for (const ScheduledChunk& chunk : ordered) {
-      const int64_t id = chunk.request->id;
-      const std::span<const int32_t> table = blocks.block_ids(id, g);
-      const int64_t total = chunk.first + chunk.num_tokens;
-      PAGODA_CHECK(static_cast<int64_t>(table.size()) * block_size >= total,
-                   "request {} has {} blocks of {} for {} tokens", id, table.size(), block_size,
-                   total);
+  }
+  // Each chunk's row of the block tables; the scheduler allocated blocks for all its tokens.
+  for (const ScheduledChunk& chunk : ordered) {
+    const int32_t row = chunk.request->kv_row;
+    const int64_t total = chunk.first + chunk.num_tokens;
+    PAGODA_CHECK(row >= 0 && total <= plan_.max_model_len,
+                 "request {} (row {}) runs {} tokens; max_model_len is {}", chunk.request->id, row,
+                 total, plan_.max_model_len);
+    for (size_t g = 0; g < plan_.groups.size(); ++g) {
+      AttentionMetadata& meta = metadata_[g];
+      const int64_t block_size = plan_.groups[g].spec.page.block_size;
+      const int32_t* table = meta.block_table.data() + row * meta.block_table_stride;
       if (is_decode(chunk)) meta.num_decode_tokens += 1;
       meta.query_start.push_back(meta.query_start.back() + chunk.num_tokens);
       meta.seq_lens.push_back(total);
-      meta.block_table_rows.push_back(blocks.table_row(id));
+      meta.block_table_rows.push_back(row);
       for (int64_t p = chunk.first; p < total; ++p) {
         meta.slot_mapping.push_back(int64_t{table[p / block_size]} * block_size + p % block_size);
       }

@@ -63,6 +63,7 @@ struct Request {
   std::vector<int32_t> token_ids;  // the prompt, then every token generated so far
   int64_t num_prompt_tokens = 0;
   int64_t num_computed = 0;  // tokens whose K/V are in the cache
+  int32_t kv_row = -1;       // its row in the KV cache manager while it holds blocks
   RequestStatus status = RequestStatus::kWaiting;
   FinishReason finish_reason = FinishReason::kNone;
   std::string error;                      // what failed, with kError

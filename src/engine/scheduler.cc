@@ -26,12 +26,18 @@ void Scheduler::remove(Request* request) {
   } else if (request->status != RequestStatus::kFinished) {
     waiting_.erase(std::find(waiting_.begin(), waiting_.end(), request));
   }
-  blocks_.free(request->id);
+  release_blocks(request);
   request->status = RequestStatus::kFinished;
 }
 
+void Scheduler::release_blocks(Request* request) {
+  if (request->kv_row < 0) return;
+  blocks_.free(request->kv_row);
+  request->kv_row = -1;
+}
+
 void Scheduler::preempt(Request* request) {
-  blocks_.free(request->id);
+  release_blocks(request);
   request->num_computed = 0;
   request->status = RequestStatus::kPreempted;
   waiting_.push_front(request);
@@ -47,7 +53,7 @@ std::vector<ScheduledChunk> Scheduler::schedule() {
     Request* request = running_[i];
     const int64_t count = std::min<int64_t>(request->num_tokens() - request->num_computed, budget);
     bool scheduled = true;
-    while (!blocks_.can_allocate(request->id, request->num_computed + count)) {
+    while (!blocks_.can_allocate(request->kv_row, request->num_computed + count)) {
       Request* victim = running_.back();
       running_.pop_back();
       preempt(victim);
@@ -58,7 +64,7 @@ std::vector<ScheduledChunk> Scheduler::schedule() {
       }
     }
     if (!scheduled) break;
-    blocks_.allocate_slots(request->id, request->num_computed + count);
+    blocks_.allocate_slots(request->kv_row, request->num_computed + count);
     chunks.push_back({request, request->num_computed, count});
     budget -= count;
     ++i;
@@ -78,8 +84,9 @@ std::vector<ScheduledChunk> Scheduler::schedule() {
       query_tokens_ += request->num_tokens();
       hit_tokens_ += hit.num_tokens;
     }
-    if (hit.num_tokens > 0) blocks_.adopt_prefix(request->id, hit);
-    blocks_.allocate_slots(request->id, first + count);
+    request->kv_row = blocks_.add_request();
+    if (hit.num_tokens > 0) blocks_.adopt_prefix(request->kv_row, hit);
+    blocks_.allocate_slots(request->kv_row, first + count);
     request->num_computed = first;
     waiting_.pop_front();
     running_.push_back(request);
@@ -91,14 +98,13 @@ std::vector<ScheduledChunk> Scheduler::schedule() {
 }
 
 void Scheduler::complete(const std::vector<ScheduledChunk>& chunks) {
+  computed_.clear();
   for (const ScheduledChunk& chunk : chunks) {
     Request& request = *chunk.request;
     request.num_computed = chunk.first + chunk.num_tokens;
-    if (config_.enable_prefix_caching) {
-      blocks_.cache_full_blocks(request.id, request.token_ids, request.num_computed, {});
-    }
-    blocks_.free_outside_window(request.id, request.num_computed);
+    computed_.push_back({request.kv_row, request.token_ids, request.num_computed, {}});
   }
+  blocks_.computed(computed_, config_.enable_prefix_caching);
 }
 
 }  // namespace pagoda

@@ -49,9 +49,11 @@ class Scheduler {
 
  private:
   void preempt(Request* request);
+  void release_blocks(Request* request);  // frees its row and blocks, if it holds any
 
   SchedulerConfig config_;
   KvCacheManager& blocks_;
+  std::vector<KvCacheManager::ComputedRow> computed_;  // complete()'s, reused across steps
   std::deque<Request*> waiting_;
   std::vector<Request*> running_;
   int64_t preemptions_ = 0;

@@ -1,6 +1,7 @@
 #include "kv/kv_cache_manager.h"
 
 #include <algorithm>
+#include <limits>
 #include <numeric>
 
 #include "core/error.h"
@@ -15,37 +16,37 @@ KvCacheManager::KvCacheManager(const KvCachePlan& plan)
   }
 }
 
-const KvCacheManager::Held& KvCacheManager::held(int64_t id) const {
-  const auto it = held_.find(id);
-  PAGODA_CHECK(it != held_.end(), "request {} holds no blocks", id);
-  return it->second;
-}
-
-KvCacheManager::Held& KvCacheManager::hold(int64_t id) {
-  const auto [it, added] = held_.try_emplace(id);
-  if (!added) return it->second;
+int32_t KvCacheManager::add_request() {
   if (free_rows_.empty()) {
     // Double the rows of every table; the new ones are free, lowest first.
-    const int32_t grown = std::max(4, num_rows_ * 2);
+    const int32_t count = static_cast<int32_t>(rows_.size());
+    const int32_t grown = std::max(4, count * 2);
     for (size_t g = 0; g < tables_.size(); ++g)
       tables_[g].resize(static_cast<size_t>(grown) * strides_[g], 0);
-    for (int32_t r = grown - 1; r >= num_rows_; --r)
+    rows_.resize(grown);
+    group_states_.resize(static_cast<size_t>(grown) * plan_.groups.size());
+    for (int32_t r = grown - 1; r >= count; --r)
       free_rows_.push_back(r);
-    num_rows_ = grown;
   }
-  it->second.row = free_rows_.back();
+  const int32_t row = free_rows_.back();
   free_rows_.pop_back();
-  it->second.groups.resize(plan_.groups.size());
-  return it->second;
+  rows_[row] = {.used = true};
+  GroupState* groups = groups_of(row);
+  for (size_t g = 0; g < plan_.groups.size(); ++g) {
+    groups[g].num_blocks = groups[g].num_freed = groups[g].num_recorded = 0;
+    groups[g].hashes.clear();
+  }
+  return row;
 }
 
-int64_t KvCacheManager::blocks_needed(int64_t id, int64_t num_tokens) const {
-  const auto it = held_.find(id);
+int64_t KvCacheManager::blocks_needed(int32_t row, int64_t num_tokens) const {
+  if (num_tokens <= row_state(row).covered) return 0;
+  const GroupState* groups = groups_of(row);
   int64_t needed = 0;
   for (size_t g = 0; g < plan_.groups.size(); ++g) {
     const int64_t block_size = plan_.groups[g].spec.page.block_size;
-    const int64_t have = it == held_.end() ? 0 : it->second.groups[g].num_blocks;
-    needed += std::max<int64_t>(0, (num_tokens + block_size - 1) / block_size - have);
+    if (num_tokens <= groups[g].num_blocks * block_size) continue;
+    needed += (num_tokens + block_size - 1) / block_size - groups[g].num_blocks;
   }
   return needed;
 }
@@ -67,38 +68,41 @@ bool KvCacheManager::can_allocate(const PrefixHit& hit, int64_t num_tokens) cons
   return pool_.can_allocate(needed);
 }
 
-void KvCacheManager::allocate_slots(int64_t id, int64_t num_tokens) {
-  PAGODA_CHECK(num_tokens <= plan_.max_model_len, "request {} wants slots for {} tokens, past {}",
-               id, num_tokens, plan_.max_model_len);
-  PAGODA_CHECK(can_allocate(id, num_tokens), "request {} allocates {} tokens' blocks unchecked", id,
+void KvCacheManager::allocate_slots(int32_t row, int64_t num_tokens) {
+  PAGODA_CHECK(num_tokens <= plan_.max_model_len, "row {} wants slots for {} tokens, past {}", row,
+               num_tokens, plan_.max_model_len);
+  PAGODA_CHECK(can_allocate(row, num_tokens), "row {} allocates {} tokens' blocks unchecked", row,
                num_tokens);
-  Held& entry = hold(id);
+  RowState& state = row_state(row);
+  if (num_tokens <= state.covered) return;
+  GroupState* groups = groups_of(row);
+  state.covered = std::numeric_limits<int64_t>::max();
   for (size_t g = 0; g < plan_.groups.size(); ++g) {
     const int64_t block_size = plan_.groups[g].spec.page.block_size;
-    const int64_t wanted = (num_tokens + block_size - 1) / block_size;
-    GroupState& state = entry.groups[g];
-    if (wanted <= state.num_blocks) continue;
-    pool_.allocate(std::span(row(g, entry.row) + state.num_blocks, wanted - state.num_blocks));
-    state.num_blocks = wanted;
+    GroupState& group = groups[g];
+    if (num_tokens > group.num_blocks * block_size) {
+      const int64_t wanted = (num_tokens + block_size - 1) / block_size;
+      pool_.allocate(std::span(table(g, row) + group.num_blocks, wanted - group.num_blocks));
+      group.num_blocks = wanted;
+    }
+    state.covered = std::min(state.covered, group.num_blocks * block_size);
   }
 }
 
-void KvCacheManager::free(int64_t id) {
-  const auto it = held_.find(id);
-  if (it == held_.end()) return;
-  Held& entry = it->second;
+void KvCacheManager::free(int32_t row) {
+  const GroupState* groups = groups_of(row);
   for (size_t g = 0; g < plan_.groups.size(); ++g) {
-    int32_t* blocks = row(g, entry.row);
+    int32_t* blocks = table(g, row);
     // Last block first, so a request's tail is evicted before the prefix others may share.
     scratch_.clear();
-    for (int64_t b = entry.groups[g].num_blocks - 1; b >= 0; --b) {
+    for (int64_t b = groups[g].num_blocks - 1; b >= 0; --b) {
       if (blocks[b] != 0) scratch_.push_back(blocks[b]);  // the null block stands for a freed slot
       blocks[b] = 0;
     }
     pool_.free(scratch_);
   }
-  free_rows_.push_back(entry.row);
-  held_.erase(it);
+  rows_[row].used = false;
+  free_rows_.push_back(row);
 }
 
 PrefixHit KvCacheManager::find_cached_prefix(std::span<const int32_t> tokens,
@@ -167,63 +171,113 @@ PrefixHit KvCacheManager::find_cached_prefix(std::span<const int32_t> tokens,
   return hit;
 }
 
-void KvCacheManager::adopt_prefix(int64_t id, const PrefixHit& hit) {
-  PAGODA_CHECK(held_.count(id) == 0, "request {} already holds blocks", id);
-  Held& entry = hold(id);
+void KvCacheManager::adopt_prefix(int32_t row, const PrefixHit& hit) {
+  GroupState* groups = groups_of(row);
   for (size_t g = 0; g < hit.blocks.size(); ++g) {
     const std::vector<int32_t>& blocks = hit.blocks[g];
-    GroupState& state = entry.groups[g];
+    GroupState& group = groups[g];
+    PAGODA_CHECK(group.num_blocks == 0, "row {} already holds blocks", row);
     // A sliding group's hit starts with null blocks, out of its window.
-    while (state.num_freed < static_cast<int64_t>(blocks.size()) && blocks[state.num_freed] == 0)
-      ++state.num_freed;
-    pool_.take(std::span(blocks).subspan(state.num_freed));
-    std::copy(blocks.begin(), blocks.end(), row(g, entry.row));
-    state.num_blocks = static_cast<int64_t>(blocks.size());
+    while (group.num_freed < static_cast<int64_t>(blocks.size()) && blocks[group.num_freed] == 0)
+      ++group.num_freed;
+    pool_.take(std::span(blocks).subspan(group.num_freed));
+    std::copy(blocks.begin(), blocks.end(), table(g, row));
+    group.num_blocks = static_cast<int64_t>(blocks.size());
+  }
+  rows_[row].covered = hit.num_tokens;
+}
+
+void KvCacheManager::computed(std::span<const ComputedRow> rows, bool cache_full_blocks) {
+  // Every row's new full blocks are hashed before any is recorded, so the prefix cache's loads
+  // overlap.
+  if (cache_full_blocks) {
+    for (const ComputedRow& r : rows) {
+      if (r.num_computed >= row_state(r.row).quiet_until)
+        hash_new_blocks(r.row, r.tokens, r.num_computed, r.extra_keys);
+    }
+  }
+  for (const ComputedRow& r : rows) {
+    RowState& state = row_state(r.row);
+    if (r.num_computed < state.quiet_until) continue;
+    if (cache_full_blocks) record_hashed_blocks(r.row);
+    free_outside_window(r.row, r.num_computed);
+    state.quiet_until = next_change(r.row, cache_full_blocks);
   }
 }
 
-void KvCacheManager::cache_full_blocks(int64_t id, std::span<const int32_t> tokens,
-                                       int64_t num_computed, std::span<const uint64_t> extra_keys) {
-  Held& entry = held_.at(id);
+int64_t KvCacheManager::next_change(int32_t row, bool cache_full_blocks) const {
+  const GroupState* groups = groups_of(row);
+  int64_t next = std::numeric_limits<int64_t>::max();
+  for (size_t g = 0; g < plan_.groups.size(); ++g) {
+    const KvSpec& spec = plan_.groups[g].spec;
+    const int64_t block_size = spec.page.block_size;
+    // The next block to hash fills at this length.
+    if (cache_full_blocks)
+      next = std::min(next, (static_cast<int64_t>(groups[g].hashes.size()) + 1) * block_size);
+    // The next block to free leaves the window once the first visible token is past it.
+    if (spec.kind == AttentionKind::kSliding)
+      next = std::min(next, (groups[g].num_freed + 1) * block_size + spec.sliding_window - 1);
+  }
+  return next;
+}
+
+void KvCacheManager::hash_new_blocks(int32_t row, std::span<const int32_t> tokens,
+                                     int64_t num_computed, std::span<const uint64_t> extra_keys) {
+  GroupState* groups = groups_of(row);
   for (size_t g = 0; g < plan_.groups.size(); ++g) {
     const int64_t block_size = plan_.groups[g].spec.page.block_size;
-    GroupState& state = entry.groups[g];
-    std::vector<BlockHash>& chain = state.hashes;
-    const int64_t full = std::min(num_computed / block_size, state.num_blocks);
-    const int32_t* blocks = row(g, entry.row);
+    GroupState& group = groups[g];
+    std::vector<BlockHash>& chain = group.hashes;
+    const int64_t full = std::min(num_computed / block_size, group.num_blocks);
     for (int64_t b = static_cast<int64_t>(chain.size()); b < full; ++b) {
       const BlockHash parent = b == 0 ? kRootBlockHash : chain[b - 1];
       chain.push_back(hash_block(parent, tokens.subspan(b * block_size, block_size), extra_keys));
-      if (blocks[b] != 0) pool_.cache(blocks[b], chain[b], static_cast<int64_t>(g));
+      pool_.prefetch_cache(chain.back(), static_cast<int64_t>(g));
     }
   }
 }
 
-void KvCacheManager::free_outside_window(int64_t id, int64_t num_computed) {
-  Held& entry = held_.at(id);
+void KvCacheManager::cache_full_blocks(int32_t row, std::span<const int32_t> tokens,
+                                       int64_t num_computed, std::span<const uint64_t> extra_keys) {
+  hash_new_blocks(row, tokens, num_computed, extra_keys);
+  record_hashed_blocks(row);
+}
+
+void KvCacheManager::record_hashed_blocks(int32_t row) {
+  GroupState* groups = groups_of(row);
+  for (size_t g = 0; g < plan_.groups.size(); ++g) {
+    GroupState& group = groups[g];
+    const int32_t* blocks = table(g, row);
+    for (; group.num_recorded < static_cast<int64_t>(group.hashes.size()); ++group.num_recorded) {
+      const int64_t b = group.num_recorded;
+      if (blocks[b] != 0) pool_.cache(blocks[b], group.hashes[b], static_cast<int64_t>(g));
+    }
+  }
+}
+
+void KvCacheManager::free_outside_window(int32_t row, int64_t num_computed) {
+  GroupState* groups = groups_of(row);
   for (size_t g = 0; g < plan_.groups.size(); ++g) {
     const KvSpec& spec = plan_.groups[g].spec;
     if (spec.kind != AttentionKind::kSliding) continue;
-    GroupState& state = entry.groups[g];
+    GroupState& group = groups[g];
     // The next query, at position num_computed, sees tokens from num_computed - window + 1 on.
     const int64_t first_token = std::max<int64_t>(0, num_computed - spec.sliding_window + 1);
-    const int64_t dead = std::min(first_token / spec.page.block_size, state.num_blocks);
-    if (dead <= state.num_freed) continue;
-    int32_t* blocks = row(g, entry.row);
+    const int64_t dead = std::min(first_token / spec.page.block_size, group.num_blocks);
+    if (dead <= group.num_freed) continue;
+    int32_t* blocks = table(g, row);
     scratch_.clear();
-    for (int64_t b = dead - 1; b >= state.num_freed; --b) {
+    for (int64_t b = dead - 1; b >= group.num_freed; --b) {
       if (blocks[b] != 0) scratch_.push_back(blocks[b]);
       blocks[b] = 0;
     }
     pool_.free(scratch_);
-    state.num_freed = dead;
+    group.num_freed = dead;
   }
 }
 
-std::span<const int32_t> KvCacheManager::block_ids(int64_t id, int64_t group) const {
-  const Held& entry = held(id);
-  return std::span(tables_[group])
-      .subspan(entry.row * strides_[group], entry.groups[group].num_blocks);
+std::span<const int32_t> KvCacheManager::block_ids(int32_t row, int64_t group) const {
+  return std::span(tables_[group]).subspan(row * strides_[group], groups_of(row)[group].num_blocks);
 }
 
 }  // namespace pagoda

@@ -80,8 +80,9 @@ TEST_P(Gemma4AssistantDraftTest, DraftsLikeTransformers) {
     const int64_t length = static_cast<int64_t>(ids.size());
     SCOPED_TRACE("prompt of " + std::to_string(length));
     KvCacheManager blocks(plan);
-    blocks.allocate_slots(0, length);
     Request request(0, ids, {}, 0);
+    request.kv_row = blocks.add_request();
+    blocks.allocate_slots(request.kv_row, length);
     const ForwardBatch target_batch =
         runner.prepare(std::array{ScheduledChunk{&request, 0, length}}, blocks);
     const Tensor hidden = target.forward(target_batch);
@@ -101,7 +102,7 @@ TEST_P(Gemma4AssistantDraftTest, DraftsLikeTransformers) {
       meta.seq_lens = {length};
       meta.block_table = blocks.table_data(g);
       meta.block_table_stride = blocks.table_stride(g);
-      meta.block_table_rows = {blocks.table_row(0)};
+      meta.block_table_rows = {request.kv_row};
       meta.slot_mapping = {-1};
       plans[g]->update(meta, {});
     }

@@ -48,10 +48,11 @@ TEST(KvSharingProofTest, SharedLayerHasNoKvAndWritesNothing) {
   const KvCache cache = allocate_kv_cache(plan, Device::cpu());
   KvCacheManager blocks(plan);
   ModelRunner runner(model, plan, cache);
-  blocks.allocate_slots(0, static_cast<int64_t>(kPrompt.size()) + 1);
   std::vector<int32_t> tokens = kPrompt;
   tokens.push_back(9);
   Request request(0, tokens, {}, 0);
+  request.kv_row = blocks.add_request();
+  blocks.allocate_slots(request.kv_row, static_cast<int64_t>(tokens.size()));
   const int64_t prompt = static_cast<int64_t>(kPrompt.size());
   model.forward(runner.prepare(std::array{ScheduledChunk{&request, 0, prompt}}, blocks));
 
@@ -95,7 +96,8 @@ TEST(KvSharingProofTest, PaddingRowsAreNeverRead) {
 
   auto run = [&](int64_t padding, KvCache& cache) {
     KvCacheManager blocks(plan);
-    blocks.allocate_slots(0, real);
+    request.kv_row = blocks.add_request();
+    blocks.allocate_slots(request.kv_row, real);
     ModelRunner runner(model, plan, cache);
     ForwardBatch batch = runner.prepare(prefill, blocks, padding);
     // Poison the padding rows: other tokens at other positions.
@@ -141,11 +143,12 @@ ModelConfig small_head_drafter() {
 Tensor drafter_logits(CausalLm& drafter, const KvCachePlan& plan, int64_t first_layer) {
   const KvCache cache = allocate_kv_cache(plan, Device::cpu());
   KvCacheManager blocks(plan);
-  blocks.allocate_slots(0, static_cast<int64_t>(kPrompt.size()) + 1);
   ModelRunner runner(drafter, plan, cache, {.first_layer = first_layer});
   std::vector<int32_t> tokens = kPrompt;
   tokens.push_back(77);
   Request request(0, tokens, {}, 0);
+  request.kv_row = blocks.add_request();
+  blocks.allocate_slots(request.kv_row, static_cast<int64_t>(tokens.size()));
   const int64_t prompt = static_cast<int64_t>(kPrompt.size());
   const Tensor prefill =
       runner.execute(std::array{ScheduledChunk{&request, 0, prompt}}, std::array{prompt}, blocks)
