@@ -17,11 +17,12 @@ void check_request(const EngineConfig& config, const KvCachePlan& plan,
     }
   }
   request.params.validate(config.vocab_size);
-  const int64_t longest = prompt + request.params.max_tokens;
-  if (longest > config.max_model_len) {
+  // Compared without adding, so a max_tokens near 2^63 cannot wrap past the check.
+  if (request.params.max_tokens > config.max_model_len - prompt) {
     fail("prompt of {} tokens plus max_tokens {} exceeds max_model_len {}", prompt,
          request.params.max_tokens, config.max_model_len);
   }
+  const int64_t longest = prompt + request.params.max_tokens;
   const int64_t needed = plan.blocks_for_sequence(longest);
   if (needed > plan.num_blocks - kNullBlocks) {
     fail(
@@ -187,8 +188,11 @@ std::vector<Request> generate(CausalLm& model, const KvCachePlan& plan, const Kv
                "{} KV blocks were not returned",
                plan.num_blocks - kNullBlocks - engine.num_free_blocks());
   std::vector<Request> results;
-  for (size_t r = 0; r < requests.size(); ++r)
-    results.push_back(engine.request(static_cast<int64_t>(r)));
+  for (size_t r = 0; r < requests.size(); ++r) {
+    const Request& request = engine.request(static_cast<int64_t>(r));
+    if (request.finish_reason == FinishReason::kError) fail("request {}: {}", r, request.error);
+    results.push_back(request);
+  }
   if (stats != nullptr) *stats = engine.stats();
   return results;
 }

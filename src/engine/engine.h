@@ -1,6 +1,7 @@
-// Runs a list of requests to completion with continuous batching (engine/scheduler.h): chunked
-// prefill within a token budget, prefix-cache hits, preemption when blocks run out; each request
-// sampled with its own parameters.
+// The engine: requests come in, and each step() schedules them with continuous batching
+// (engine/scheduler.h: chunked prefill within a token budget, prefix-cache hits, preemption when
+// blocks run out), runs the model, samples each with its own parameters and returns what changed.
+// generate() runs a fixed list to completion.
 #pragma once
 
 #include <cstdint>
@@ -106,7 +107,8 @@ class Engine {
 };
 
 // Runs a fixed list of requests to completion (validating them all first), checks that every
-// block is back in the pool, and returns the finished requests in order.
+// block is back in the pool, and returns the finished requests in order. Error (naming the request)
+// when a step failed one of them.
 std::vector<Request> generate(CausalLm& model, const KvCachePlan& plan, const KvCache& cache,
                               const EngineConfig& config,
                               const std::vector<GenerationRequest>& requests,

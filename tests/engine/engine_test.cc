@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <random>
 
 #include "model/fixtures.h"
@@ -233,6 +234,43 @@ TEST(EngineTest, AFailedStepFailsOnlyItsRequests) {
   EXPECT_EQ(engine.num_free_blocks(), fixture->plan.num_blocks - kNullBlocks);
   for (int64_t id : {running, failing, waiting, later})
     engine.release(id);
+}
+
+// generate() runs a list for a caller that wants every result: a request that a failed step ended
+// is an error, not a short output.
+TEST(EngineTest, GenerateReportsAFailedRequest) {
+  auto fixture = load_fixture("llama-tiny");
+  const nlohmann::json& prompts = fixture->reference["prompts"];
+  PoisonedModel poisoned(*fixture->model, 255);
+  const EngineConfig config{.vocab_size = fixture->config.vocab_size,
+                            .max_model_len = fixture->plan.max_model_len,
+                            .eos_token_ids = fixture->config.eos_token_ids};
+  GenerationRequest poison = request_for(prompts[1]);
+  poison.prompt_token_ids.push_back(255);
+  try {
+    generate(poisoned, fixture->plan, fixture->memory, config, {request_for(prompts[0]), poison});
+    ADD_FAILURE() << "no error";
+  } catch (const Error& error) {
+    EXPECT_NE(std::string(error.what()).find("out of memory"), std::string::npos) << error.what();
+  }
+}
+
+// max_tokens near 2^63 would wrap prompt + max_tokens below max_model_len.
+TEST(EngineTest, RefusesAMaxTokensThatWouldOverflow) {
+  auto fixture = load_fixture("llama-tiny");
+  const EngineConfig config{.vocab_size = fixture->config.vocab_size,
+                            .max_model_len = fixture->plan.max_model_len};
+  Engine engine(*fixture->model, fixture->plan, fixture->memory, config);
+  GenerationRequest request = request_for(fixture->reference["prompts"][0]);
+  request.params.max_tokens = std::numeric_limits<int64_t>::max() - 2;
+  try {
+    engine.add_request(request);
+    ADD_FAILURE() << "accepted";
+  } catch (const Error& error) {
+    EXPECT_NE(std::string(error.what()).find("exceeds max_model_len"), std::string::npos)
+        << error.what();
+  }
+  EXPECT_FALSE(engine.has_unfinished());
 }
 
 // A pool the plan (and so `inspect`) says holds N sequences of max_model_len runs N of them at
