@@ -13,6 +13,10 @@ Scheduler::Scheduler(const SchedulerConfig& config, KvCacheManager& blocks)
   if (config.max_num_batched_tokens < 1) {
     fail("max_num_batched_tokens is {}; it must be at least 1", config.max_num_batched_tokens);
   }
+  if (config.max_prompt_logprob_tokens < 1) {
+    fail("max_prompt_logprob_tokens is {}; it must be at least 1",
+         config.max_prompt_logprob_tokens);
+  }
 }
 
 void Scheduler::add(Request* request) {
@@ -44,14 +48,30 @@ void Scheduler::preempt(Request* request) {
   ++preemptions_;
 }
 
+int64_t Scheduler::chunk_tokens(const Request& request, int64_t first, int64_t budget,
+                                int64_t& prompt_logprob_tokens) const {
+  int64_t count = std::min(request.num_tokens() - first, budget);
+  if (request.params.prompt_logprobs && first + 1 < request.num_prompt_tokens) {
+    count = std::min(count, prompt_logprob_tokens);
+    prompt_logprob_tokens -= count;
+  }
+  return count;
+}
+
 std::vector<ScheduledChunk> Scheduler::schedule() {
   std::vector<ScheduledChunk> chunks;
   int64_t budget = config_.max_num_batched_tokens;
+  int64_t prompt_logprob_tokens = config_.max_prompt_logprob_tokens;
   bool preempted = false;
   // Running requests, oldest first; the newest are preempted when blocks run out.
   for (size_t i = 0; i < running_.size() && budget > 0;) {
     Request* request = running_[i];
-    const int64_t count = std::min<int64_t>(request->num_tokens() - request->num_computed, budget);
+    const int64_t count =
+        chunk_tokens(*request, request->num_computed, budget, prompt_logprob_tokens);
+    if (count == 0) {  // its prompt's log-probabilities wait for the next step
+      ++i;
+      continue;
+    }
     bool scheduled = true;
     while (!blocks_.can_allocate(request->kv_row, request->num_computed + count)) {
       Request* victim = running_.back();
@@ -78,8 +98,8 @@ std::vector<ScheduledChunk> Scheduler::schedule() {
         config_.enable_prefix_caching && request->cacheable() && request->num_computed == 0;
     const PrefixHit hit = lookup ? blocks_.find_cached_prefix(request->token_ids, {}) : PrefixHit{};
     const int64_t first = request->num_computed + hit.num_tokens;
-    const int64_t count = std::min<int64_t>(request->num_tokens() - first, budget);
-    if (!blocks_.can_allocate(hit, first + count)) break;
+    const int64_t count = chunk_tokens(*request, first, budget, prompt_logprob_tokens);
+    if (count == 0 || !blocks_.can_allocate(hit, first + count)) break;
     if (lookup) {
       query_tokens_ += request->num_tokens();
       hit_tokens_ += hit.num_tokens;

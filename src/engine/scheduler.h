@@ -17,6 +17,9 @@ struct SchedulerConfig {
   int64_t max_num_seqs = 256;
   int64_t max_num_batched_tokens = kDefaultMaxNumBatchedTokens;
   bool enable_prefix_caching = true;
+  // Prompt tokens per step whose log-probabilities are computed: each needs a vocabulary-wide
+  // logits row, so a request that asks for them has its prompt chunked to this many.
+  int64_t max_prompt_logprob_tokens = 512;
 };
 
 // One request's share of a step: tokens [first, first + num_tokens) of its token_ids.
@@ -49,6 +52,11 @@ class Scheduler {
 
  private:
   void preempt(Request* request);
+  // How many of `request`'s tokens from `first` on this step takes: what is left of the token
+  // budget and, while its prompt's log-probabilities are computed, of `prompt_logprob_tokens`
+  // (which it spends).
+  int64_t chunk_tokens(const Request& request, int64_t first, int64_t budget,
+                       int64_t& prompt_logprob_tokens) const;
   void release_blocks(Request* request);  // frees its row and blocks, if it holds any
 
   SchedulerConfig config_;

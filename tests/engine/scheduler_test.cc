@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include "core/error.h"
 #include "kv/kv_test_configs.h"
 
 namespace pagoda {
@@ -50,6 +51,36 @@ TEST(SchedulerTest, BudgetSplitsPromptsIntoChunks) {
   scheduler.remove(&a);
   scheduler.remove(&b);
   EXPECT_EQ(blocks.num_free_blocks(), 99);
+}
+
+// Prompt log-probabilities need a vocabulary-wide logits row per prompt token: requests that ask
+// for them share a few such tokens per step, whatever the token budget; the others take the rest
+// of the budget (in arrival order, so behind a waiting request held back by that limit).
+TEST(SchedulerTest, PromptLogprobsAreChunkedByTheirOwnLimit) {
+  const KvCachePlan plan = small_plan(100);
+  KvCacheManager blocks(plan);
+  Scheduler scheduler(
+      {.max_num_seqs = 8, .max_num_batched_tokens = 40, .max_prompt_logprob_tokens = 6}, blocks);
+  Request a = request(1, 10);
+  Request b = request(2, 10);
+  Request plain = request(3, 12);
+  a.params.prompt_logprobs = 0;
+  b.params.prompt_logprobs = 2;
+  for (Request* r : {&a, &b, &plain})
+    scheduler.add(r);
+  std::vector<ScheduledChunk> step = scheduler.schedule();
+  ASSERT_EQ(step.size(), 1u);  // a took the step's 6; b waits, and plain behind it
+  EXPECT_EQ(step[0].num_tokens, 6);
+  scheduler.complete(step);
+  step = scheduler.schedule();
+  ASSERT_EQ(step.size(), 3u);
+  EXPECT_EQ(step[0].request, &a);
+  EXPECT_EQ(step[0].num_tokens, 4);  // the rest of its prompt
+  EXPECT_EQ(step[1].request, &b);
+  EXPECT_EQ(step[1].num_tokens, 2);  // what a left of the 6
+  EXPECT_EQ(step[2].request, &plain);
+  EXPECT_EQ(step[2].num_tokens, 12);
+  EXPECT_THROW(Scheduler({.max_prompt_logprob_tokens = 0}, blocks), Error);
 }
 
 TEST(SchedulerTest, MaxNumSeqsKeepsTheRestWaiting) {
