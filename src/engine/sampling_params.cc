@@ -35,7 +35,9 @@ double number(const std::string& key, const Json& value) {
   return value.get<double>();
 }
 
-int64_t integer(const std::string& key, const Json& value) {
+}  // namespace
+
+int64_t read_integer(const std::string& key, const Json& value) {
   if (!value.is_number_integer() ||
       (value.is_number_unsigned() && value.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX))) {
     wrong_type(key, "an integer", value);
@@ -43,7 +45,12 @@ int64_t integer(const std::string& key, const Json& value) {
   return value.get<int64_t>();
 }
 
-std::vector<int32_t> token_ids(const std::string& key, const Json& value) {
+bool read_boolean(const std::string& key, const Json& value) {
+  if (!value.is_boolean()) wrong_type(key, "true or false", value);
+  return value.get<bool>();
+}
+
+std::vector<int32_t> read_token_ids(const std::string& key, const Json& value) {
   if (!value.is_array()) wrong_type(key, "a list of token ids", value);
   std::vector<int32_t> ids;
   for (const Json& id : value) {
@@ -54,8 +61,6 @@ std::vector<int32_t> token_ids(const std::string& key, const Json& value) {
   }
   return ids;
 }
-
-}  // namespace
 
 void SamplingParams::validate(int64_t vocab_size) const {
   for (const auto& [name, value] :
@@ -102,22 +107,21 @@ SamplingParams read_sampling_params(const Json& object, SamplingParams params,
     if (key == "temperature") {
       params.temperature = number(key, value);
     } else if (key == "top_k") {
-      params.top_k = integer(key, value);
+      params.top_k = read_integer(key, value);
     } else if (key == "top_p") {
       params.top_p = number(key, value);
     } else if (key == "min_p") {
       params.min_p = number(key, value);
     } else if (key == "seed") {
-      params.seed = static_cast<uint64_t>(integer(key, value));
+      params.seed = static_cast<uint64_t>(read_integer(key, value));
     } else if (key == "max_tokens") {
-      params.max_tokens = integer(key, value);
+      params.max_tokens = read_integer(key, value);
     } else if (key == "min_tokens") {
-      params.min_tokens = integer(key, value);
+      params.min_tokens = read_integer(key, value);
     } else if (key == "stop_token_ids") {
-      params.stop_token_ids = token_ids(key, value);
+      params.stop_token_ids = read_token_ids(key, value);
     } else if (key == "ignore_eos") {
-      if (!value.is_boolean()) wrong_type(key, "true or false", value);
-      params.ignore_eos = value.get<bool>();
+      params.ignore_eos = read_boolean(key, value);
     } else if (key == "presence_penalty") {
       params.presence_penalty = number(key, value);
     } else if (key == "frequency_penalty") {
@@ -125,9 +129,9 @@ SamplingParams read_sampling_params(const Json& object, SamplingParams params,
     } else if (key == "repetition_penalty") {
       params.repetition_penalty = number(key, value);
     } else if (key == "logprobs") {
-      params.logprobs = integer(key, value);
+      params.logprobs = read_integer(key, value);
     } else if (key == "prompt_logprobs") {
-      params.prompt_logprobs = integer(key, value);
+      params.prompt_logprobs = read_integer(key, value);
     } else {
       throw FieldError(fmt::format("unknown request field '{}'", shortened(key)), key);
     }

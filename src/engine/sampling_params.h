@@ -43,6 +43,12 @@ class FieldError : public Error {
   std::string field;
 };
 
+// Typed reads of the request field `key`; FieldError (quoting a short prefix of the value)
+// otherwise. A token id is an integer in [0, 2^31).
+int64_t read_integer(const std::string& key, const nlohmann::ordered_json& value);
+bool read_boolean(const std::string& key, const nlohmann::ordered_json& value);
+std::vector<int32_t> read_token_ids(const std::string& key, const nlohmann::ordered_json& value);
+
 // The sampling fields of a request object in vLLM's spelling, over `defaults`: temperature,
 // top_k, top_p, min_p, seed, max_tokens, min_tokens, stop_token_ids, ignore_eos, the presence,
 // frequency and repetition penalties, logprobs (top alternatives per generated token) and

@@ -72,6 +72,7 @@ class OpenAiCall::State {
         try {
           choice->handle = engine_.submit(std::move(generation));
         } catch (const Error& error) {
+          abort_unfinished();
           throw ApiError(400, fmt::format("prompt {}: {}", p, error.what()), "prompt");
         }
         choices_.push_back(std::move(choice));
@@ -260,9 +261,9 @@ class OpenAiCall::State {
       } else if (delta.finish_reason != FinishReason::kNone) {
         text += choice.text->finish();
         choice.finish_reason = choice.text->stopped() ? "stop" : to_string(delta.finish_reason);
+        if (delta.finish_reason == FinishReason::kError) error_ = choice.handle->error();
         if (delta.finish_reason == FinishReason::kAbort ||
             delta.finish_reason == FinishReason::kError) {
-          error_ = choice.handle->error();
           choice.finish_reason = "abort";
         }
       }

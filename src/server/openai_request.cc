@@ -1,7 +1,6 @@
 #include "server/openai_request.h"
 
-#include <cmath>
-#include <limits>
+#include <algorithm>
 
 #include "core/error.h"
 
@@ -12,31 +11,6 @@ using Json = nlohmann::ordered_json;
 
 [[noreturn]] void bad(const std::string& param, const std::string& message) {
   throw ApiError(400, message, param);
-}
-
-int64_t integer(const Json& value, const std::string& name) {
-  if (!value.is_number_integer()) {
-    bad(name, fmt::format("'{}' must be an integer, not {}", name, value.dump()));
-  }
-  return value.get<int64_t>();
-}
-
-bool boolean(const Json& value, const std::string& name) {
-  if (!value.is_boolean())
-    bad(name, fmt::format("'{}' must be true or false, not {}", name, value.dump()));
-  return value.get<bool>();
-}
-
-std::vector<int32_t> token_ids(const Json& value, const std::string& name) {
-  std::vector<int32_t> ids;
-  for (const Json& id : value) {
-    if (!id.is_number_integer() || id.get<int64_t>() < 0 ||
-        id.get<int64_t>() > std::numeric_limits<int32_t>::max()) {
-      bad(name, fmt::format("'{}' holds {}, which is not a token id", name, id.dump()));
-    }
-    ids.push_back(static_cast<int32_t>(id.get<int64_t>()));
-  }
-  return ids;
 }
 
 bool is_id_list(const Json& value) {
@@ -54,7 +28,7 @@ void read_prompts(const Json& prompt, const Tokenizer& tokenizer, OpenAiRequest&
     request.prompt_texts.push_back(text);
   };
   const auto add_ids = [&](const Json& ids) {
-    request.prompts.push_back(token_ids(ids, "prompt"));
+    request.prompts.push_back(read_token_ids("prompt", ids));
     request.prompt_texts.push_back(tokenizer.decode(request.prompts.back()));
   };
   if (prompt.is_string()) {
@@ -99,21 +73,19 @@ void read_request_fields(const Json& body, OpenAiRequest& request) {
     const auto it = body.find(name);
     return it == body.end() || it->is_null() ? nullptr : &*it;
   };
-  if (const Json* v = optional("n")) request.n = integer(*v, "n");
+  if (const Json* v = optional("n")) request.n = read_integer("n", *v);
   if (const Json* v = optional("stop")) request.stop = read_stop(*v);
-  if (const Json* v = optional("stream")) request.stream = boolean(*v, "stream");
+  if (const Json* v = optional("stream")) request.stream = read_boolean("stream", *v);
   if (const Json* v = optional("stream_options")) {
     if (!v->is_object()) bad("stream_options", "'stream_options' must be an object");
     if (v->contains("include_usage")) {
-      request.include_usage = boolean((*v)["include_usage"], "stream_options.include_usage");
+      request.include_usage = read_boolean("stream_options.include_usage", (*v)["include_usage"]);
     }
   }
 }
 
-}  // namespace
-
-OpenAiRequest parse_openai_request(const Json& body, Endpoint endpoint, const Tokenizer& tokenizer,
-                                   const ChatTemplate* chat, const RequestLimits& limits) {
+OpenAiRequest read_request(const Json& body, Endpoint endpoint, const Tokenizer& tokenizer,
+                           const ChatTemplate* chat, const RequestLimits& limits) {
   if (!body.is_object()) bad("", "the request body must be a JSON object");
   OpenAiRequest request{.endpoint = endpoint};
   if (body.contains("model") && !body["model"].is_null()) {
@@ -135,23 +107,19 @@ OpenAiRequest parse_openai_request(const Json& body, Endpoint endpoint, const To
       "stop",     "stream",       "stream_options",
       "logprobs", "top_logprobs", "max_completion_tokens",
       "user"};
-  try {
-    request.params = read_sampling_params(body, {.max_tokens = 16},
-                                          endpoint == Endpoint::kCompletions
-                                              ? std::span<const std::string_view>(kCompletionFields)
-                                              : std::span<const std::string_view>(kChatFields));
-  } catch (const FieldError& error) {
-    bad(error.field, error.what());
-  }
+  request.params = read_sampling_params(body, {.max_tokens = 16},
+                                        endpoint == Endpoint::kCompletions
+                                            ? std::span<const std::string_view>(kCompletionFields)
+                                            : std::span<const std::string_view>(kChatFields));
   read_request_fields(body, request);
   const auto given = [&](const char* name) { return body.contains(name) && !body[name].is_null(); };
   if (endpoint == Endpoint::kCompletions) {
     if (!body.contains("prompt")) bad("prompt", "'prompt' is required");
     read_prompts(body["prompt"], tokenizer, request);
     if (body.contains("echo") && !body["echo"].is_null())
-      request.echo = boolean(body["echo"], "echo");
+      request.echo = read_boolean("echo", body["echo"]);
     if (body.contains("logprobs") && !body["logprobs"].is_null()) {
-      request.logprobs = integer(body["logprobs"], "logprobs");
+      request.logprobs = read_integer("logprobs", body["logprobs"]);
       if (request.logprobs < 0) bad("logprobs", "'logprobs' must not be negative");
     }
   } else {
@@ -164,13 +132,14 @@ OpenAiRequest parse_openai_request(const Json& body, Endpoint endpoint, const To
     }
     request.prompt_texts.push_back("");
     if (given("max_completion_tokens")) {
-      request.params.max_tokens = integer(body["max_completion_tokens"], "max_completion_tokens");
+      request.params.max_tokens =
+          read_integer("max_completion_tokens", body["max_completion_tokens"]);
     }
     if (body.contains("logprobs") && !body["logprobs"].is_null() &&
-        boolean(body["logprobs"], "logprobs")) {
+        read_boolean("logprobs", body["logprobs"])) {
       request.logprobs = 0;
       if (body.contains("top_logprobs") && !body["top_logprobs"].is_null()) {
-        request.logprobs = integer(body["top_logprobs"], "top_logprobs");
+        request.logprobs = read_integer("top_logprobs", body["top_logprobs"]);
         if (request.logprobs < 0) bad("top_logprobs", "'top_logprobs' must not be negative");
       }
     }
@@ -198,6 +167,17 @@ OpenAiRequest parse_openai_request(const Json& body, Endpoint endpoint, const To
     bad("", error.what());
   }
   return request;
+}
+
+}  // namespace
+
+OpenAiRequest parse_openai_request(const Json& body, Endpoint endpoint, const Tokenizer& tokenizer,
+                                   const ChatTemplate* chat, const RequestLimits& limits) {
+  try {
+    return read_request(body, endpoint, tokenizer, chat, limits);
+  } catch (const FieldError& error) {
+    bad(error.field, error.what());
+  }
 }
 
 }  // namespace pagoda
