@@ -15,7 +15,7 @@
 namespace pagoda {
 
 // Where a request is. The scheduler moves it between waiting, running and preempted (waiting
-// again after its blocks were taken); the engine marks it finished.
+// again after its blocks were taken) and marks it finished when the engine removes it.
 enum class RequestStatus { kWaiting, kRunning, kPreempted, kFinished };
 
 // Why a request ended: kNone while it runs; kError when a step it was in failed.

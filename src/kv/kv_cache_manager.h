@@ -1,7 +1,7 @@
 // Per-request block tables over one block pool: a request holds, in every KV cache group, the
 // blocks that cover its tokens. Tables are persistent: each group keeps one row-major buffer with a
 // row per request holding blocks, so a step's attention metadata points at rows instead of copying
-// them, and each step writes only the blocks it adds or frees.
+// them, and each step writes only the blocks it adds or frees into the host tables.
 #pragma once
 
 #include <cstdint>
@@ -78,7 +78,7 @@ class KvCacheManager {
   // Block ids of `row` in group `group`, in token order (the null block where freed).
   std::span<const int32_t> block_ids(int32_t row, int64_t group) const;
   // Group `group`'s tables: row r holds its request's block ids from data[r * stride] on; entries
-  // past a request's blocks are meaningless. Valid until the next call that allocates.
+  // past a request's blocks are meaningless. Valid until add_request() grows the tables.
   std::span<const int32_t> table_data(int64_t group) const { return tables_[group]; }
   int64_t table_stride(int64_t group) const { return strides_[group]; }
   int64_t num_free_blocks() const { return pool_.num_free(); }
