@@ -14,6 +14,14 @@ namespace {
 
 using namespace pagoda::testing;
 
+// The engine settings of the fixture's model, with `scheduler`.
+EngineConfig engine_config(const Fixture& fixture, const SchedulerConfig& scheduler = {}) {
+  return {.vocab_size = fixture.config.vocab_size,
+          .max_model_len = fixture.plan.max_model_len,
+          .eos_token_ids = fixture.config.eos_token_ids,
+          .scheduler = scheduler};
+}
+
 // Chunked prefill under a tiny token budget, a sequence limit, preemption in a pool too small for
 // the batch, and prefix-cache hits: none of them changes a greedy token. generate() itself checks
 // that every block is back in the pool afterwards.
@@ -132,10 +140,7 @@ TEST(EngineTest, SeededSamplingIgnoresBatching) {
 TEST(EngineTest, AddAndAbortBetweenSteps) {
   auto fixture = load_fixture("llama-tiny");
   const nlohmann::json& prompts = fixture->reference["prompts"];
-  const EngineConfig config{.vocab_size = fixture->config.vocab_size,
-                            .max_model_len = fixture->plan.max_model_len,
-                            .eos_token_ids = fixture->config.eos_token_ids,
-                            .scheduler = {.max_num_batched_tokens = 8}};
+  const EngineConfig config = engine_config(*fixture, {.max_num_batched_tokens = 8});
   Engine engine(*fixture->model, fixture->plan, fixture->memory, config);
   const int64_t first = engine.add_request(request_for(prompts[3]));  // 40 tokens: 5 chunks
   const int64_t doomed = engine.add_request(request_for(prompts[2]));
@@ -201,10 +206,7 @@ TEST(EngineTest, AFailedStepFailsOnlyItsRequests) {
   auto fixture = load_fixture("llama-tiny");
   const nlohmann::json& prompts = fixture->reference["prompts"];
   PoisonedModel poisoned(*fixture->model, 255);
-  const EngineConfig config{.vocab_size = fixture->config.vocab_size,
-                            .max_model_len = fixture->plan.max_model_len,
-                            .eos_token_ids = fixture->config.eos_token_ids,
-                            .scheduler = {.max_num_seqs = 2}};
+  const EngineConfig config = engine_config(*fixture, {.max_num_seqs = 2});
   Engine engine(poisoned, fixture->plan, fixture->memory, config);
   const int64_t running = engine.add_request(request_for(prompts[0]));
   engine.step();
@@ -242,9 +244,7 @@ TEST(EngineTest, GenerateReportsAFailedRequest) {
   auto fixture = load_fixture("llama-tiny");
   const nlohmann::json& prompts = fixture->reference["prompts"];
   PoisonedModel poisoned(*fixture->model, 255);
-  const EngineConfig config{.vocab_size = fixture->config.vocab_size,
-                            .max_model_len = fixture->plan.max_model_len,
-                            .eos_token_ids = fixture->config.eos_token_ids};
+  const EngineConfig config = engine_config(*fixture);
   GenerationRequest poison = request_for(prompts[1]);
   poison.prompt_token_ids.push_back(255);
   try {
@@ -258,8 +258,7 @@ TEST(EngineTest, GenerateReportsAFailedRequest) {
 // max_tokens near 2^63 would wrap prompt + max_tokens below max_model_len.
 TEST(EngineTest, RefusesAMaxTokensThatWouldOverflow) {
   auto fixture = load_fixture("llama-tiny");
-  const EngineConfig config{.vocab_size = fixture->config.vocab_size,
-                            .max_model_len = fixture->plan.max_model_len};
+  const EngineConfig config = engine_config(*fixture);
   Engine engine(*fixture->model, fixture->plan, fixture->memory, config);
   GenerationRequest request = request_for(fixture->reference["prompts"][0]);
   request.params.max_tokens = std::numeric_limits<int64_t>::max() - 2;
