@@ -135,6 +135,7 @@ Tensor compute_logprobs(const Tensor& logits) {
 
 std::vector<TokenLogprob> top_logprobs(const float* row, int64_t vocab, int64_t k) {
   k = std::min(k, vocab);
+  if (k <= 0) return {};  // the usual case: no vocabulary-wide index to build
   std::vector<int32_t> ids(vocab);
   for (int64_t i = 0; i < vocab; ++i)
     ids[i] = static_cast<int32_t>(i);
