@@ -71,18 +71,32 @@ int64_t Engine::add_request(GenerationRequest request) {
   return id;
 }
 
-const Request& Engine::request(int64_t id) const {
+Request& Engine::find(int64_t id) {
   const auto it = requests_.find(id);
   if (it == requests_.end()) fail("no request {}", id);
   return it->second;
 }
 
+const Request& Engine::request(int64_t id) const {
+  return const_cast<Engine*>(this)->find(id);
+}
+
 void Engine::abort(int64_t id) {
-  Request& aborted = const_cast<Request&>(request(id));
+  Request& aborted = find(id);
   if (aborted.status == RequestStatus::kFinished) return;
   aborted.finish_reason = FinishReason::kAbort;
   scheduler_.remove(&aborted);
   aborted_.push_back(id);
+}
+
+RequestDelta Engine::fail_request(int64_t id, const std::string& error) {
+  Request& failed = find(id);
+  if (failed.status != RequestStatus::kFinished) {
+    failed.finish_reason = FinishReason::kError;
+    failed.error = error;
+    scheduler_.remove(&failed);
+  }
+  return {.request_id = id, .finish_reason = failed.finish_reason, .error = failed.error};
 }
 
 void Engine::release(int64_t id) {
@@ -111,25 +125,14 @@ std::vector<RequestDelta> Engine::step() {
     const RunnerOutput output = runner_.execute(chunks, sampler_.logits_rows(), blocks_);
     tokens = sampler_.sample(output.logits, output.first_row);
   } catch (const std::exception& error) {
-    fail_requests(chunks, error.what(), deltas);
+    for (const ScheduledChunk& chunk : chunks)
+      deltas.push_back(fail_request(chunk.request->id, error.what()));
     return deltas;
   }
   scheduler_.complete(chunks);
   ++counters_.steps;
   append_tokens(chunks, tokens, deltas);
   return deltas;
-}
-
-void Engine::fail_requests(std::span<const ScheduledChunk> chunks, const std::string& error,
-                           std::vector<RequestDelta>& deltas) {
-  for (const ScheduledChunk& chunk : chunks) {
-    Request& request = *chunk.request;
-    request.finish_reason = FinishReason::kError;
-    request.error = error;
-    scheduler_.remove(&request);
-    deltas.push_back(
-        {.request_id = request.id, .finish_reason = FinishReason::kError, .error = error});
-  }
 }
 
 std::vector<RequestDelta> Engine::take_aborted() {

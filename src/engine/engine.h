@@ -66,6 +66,9 @@ class Engine {
   void validate(const GenerationRequest& request) const;
   // Ends a request wherever it is and frees its blocks; its last delta says "abort".
   void abort(int64_t id);
+  // Ends a request wherever it is with FinishReason::kError and `error`, frees its blocks and
+  // returns its last delta (for a caller whose step failed outside the engine's own error paths).
+  RequestDelta fail_request(int64_t id, const std::string& error);
   bool has_unfinished() const { return scheduler_.has_requests() || !aborted_.empty(); }
   // Runs one step of continuous batching: schedule, run the model, sample, append the tokens.
   // When running or sampling fails, the step's requests end with FinishReason::kError and the
@@ -82,9 +85,8 @@ class Engine {
   int64_t num_waiting() const { return scheduler_.num_waiting(); }
 
  private:
-  // Ends the chunks' requests with `error` (the step they were in failed) and frees their blocks.
-  void fail_requests(std::span<const ScheduledChunk> chunks, const std::string& error,
-                     std::vector<RequestDelta>& deltas);
+  // The request `id`, for changing it. Error when there is none.
+  Request& find(int64_t id);
   // Deltas of the requests aborted since the last step.
   std::vector<RequestDelta> take_aborted();
   // Appends each chunk's sampled token to its request and ends the requests that are done.

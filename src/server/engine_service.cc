@@ -140,7 +140,8 @@ void EngineService::fail_all(const std::string& message) {
   std::vector<RequestDelta> deltas;
   for (const auto& [id, handle] : active_) {
     try {
-      engine_.abort(id);  // frees what it holds, so the engine is left with nothing
+      // Frees what it holds, so the engine is left with nothing.
+      engine_.fail_request(id, message);
     } catch (const std::exception&) {
     }
     deltas.push_back({.request_id = id, .finish_reason = FinishReason::kError, .error = message});

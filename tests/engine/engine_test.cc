@@ -238,6 +238,28 @@ TEST(EngineTest, AFailedStepFailsOnlyItsRequests) {
     engine.release(id);
 }
 
+// fail_request() ends a request from outside a step (the server does so when a step fails
+// outside the model): running or waiting, it leaves nothing behind, not even an abort delta.
+TEST(EngineTest, FailRequestLeavesNothingBehind) {
+  auto fixture = load_fixture("llama-tiny");
+  const nlohmann::json& prompts = fixture->reference["prompts"];
+  Engine engine(*fixture->model, fixture->plan, fixture->memory,
+                engine_config(*fixture, {.max_num_seqs = 1}));
+  const int64_t running = engine.add_request(request_for(prompts[0]));
+  const int64_t waiting = engine.add_request(request_for(prompts[1]));
+  engine.step();
+  ASSERT_EQ(engine.status(running), RequestStatus::kRunning);
+  for (const int64_t id : {running, waiting}) {
+    const RequestDelta delta = engine.fail_request(id, "the step broke");
+    EXPECT_EQ(delta.finish_reason, FinishReason::kError);
+    EXPECT_EQ(delta.error, "the step broke");
+    EXPECT_EQ(engine.status(id), RequestStatus::kFinished);
+  }
+  EXPECT_FALSE(engine.has_unfinished());
+  EXPECT_TRUE(engine.step().empty());
+  EXPECT_EQ(engine.num_free_blocks(), fixture->plan.num_blocks - kNullBlocks);
+}
+
 // generate() runs a list for a caller that wants every result: a request that a failed step ended
 // is an error, not a short output.
 TEST(EngineTest, GenerateReportsAFailedRequest) {
