@@ -17,10 +17,41 @@ std::string read_text_file(const std::string& path) {
 
 nlohmann::json read_json_file(const std::string& path) {
   const std::string text = read_text_file(path);
+  check_json_depth(text, path);
   try {
     return nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error& error) {
-    fail("{}: malformed JSON at byte {}: {}", path, error.byte, error.what());
+  } catch (const nlohmann::json::exception& error) {
+    fail("{}: malformed JSON: {}", path, describe_json_error(error));
+  }
+}
+
+std::string describe_json_error(const nlohmann::json::exception& error) {
+  constexpr size_t kMaxLength = 160;
+  std::string text = error.what();
+  if (text.size() > kMaxLength) text = text.substr(0, kMaxLength) + "...";
+  return text;
+}
+
+void check_json_depth(std::string_view text, std::string_view what) {
+  int depth = 0;
+  bool in_string = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\') {
+        ++i;  // the escaped character, a quote included
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > kMaxJsonDepth) {
+        fail("{}: JSON nested deeper than {} levels (at byte {})", what, kMaxJsonDepth, i);
+      }
+    } else if (c == ']' || c == '}') {
+      --depth;  // unbalanced brackets are the parser's to report
+    }
   }
 }
 

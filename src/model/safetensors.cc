@@ -118,11 +118,13 @@ SafetensorsFile SafetensorsFile::open(const std::string& path) {
   file.data_offset_ = 8 + header_length;
   const int64_t data_size = file.storage_->size_bytes() - file.data_offset_;
   const char* header = reinterpret_cast<const char*>(file.storage_->data() + 8);
+  check_json_depth(std::string_view(header, header_length), path + " header");
   nlohmann::json json;
   try {
     json = nlohmann::json::parse(header, header + header_length);
-  } catch (const nlohmann::json::parse_error& error) {
-    fail("{}: malformed JSON header at byte {} of {}", path, error.byte, header_length);
+  } catch (const nlohmann::json::exception& error) {
+    fail("{}: malformed JSON header ({} bytes): {}", path, header_length,
+         describe_json_error(error));
   }
   if (!json.is_object()) fail("{}: the header is not a JSON object", path);
   for (const auto& [name, value] : json.items()) {

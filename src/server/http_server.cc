@@ -5,6 +5,7 @@
 #include <chrono>
 
 #include "core/error.h"
+#include "core/files.h"
 #include "server/openai_call.h"
 
 namespace pagoda {
@@ -43,9 +44,14 @@ std::string sse(const Json& chunk) {
 
 Json parse_body(const httplib::Request& request) {
   try {
+    check_json_depth(request.body, "the body");
+  } catch (const Error& error) {
+    throw ApiError(400, error.what());
+  }
+  try {
     return Json::parse(request.body);
-  } catch (const nlohmann::json::parse_error& error) {
-    throw ApiError(400, fmt::format("the body is not valid JSON: {}", error.what()));
+  } catch (const nlohmann::json::exception& error) {
+    throw ApiError(400, fmt::format("the body is not valid JSON: {}", describe_json_error(error)));
   }
 }
 

@@ -100,6 +100,13 @@ TEST(GenerateCliTest, PromptsFile) {
   std::ofstream(path) << "{\"prompt\": \"ab\", \"prompt_token_ids\": [1]}\n";
   const CliRun both = run_generate("--prompts-file " + path);
   EXPECT_NE(both.err.find("exactly one of"), std::string::npos) << both.err;
+  // A line nested too deep is refused before it is parsed, naming the line.
+  std::ofstream(path) << "[1]\n{\"prompt_token_ids\": " << std::string(100000, '[')
+                      << std::string(100000, ']') << "}\n";
+  const CliRun deep = run_generate("--prompts-file " + path);
+  EXPECT_EQ(deep.exit_code, 1);
+  EXPECT_NE(deep.err.find(":2: JSON nested deeper than 256"), std::string::npos) << deep.err;
+  EXPECT_LT(deep.err.size(), 300u);
   std::remove(path.c_str());
 }
 

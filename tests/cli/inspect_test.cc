@@ -93,6 +93,12 @@ TEST(InspectCliTest, BadInputIsOneLineAndNonZero) {
       {"missing directory", "--model /nonexistent/model", "/nonexistent/model/config.json"},
       {"malformed JSON", "--model " + config_dir("malformed", "{\"architectures\": ["),
        "malformed JSON"},
+      {"a number no double holds",
+       "--model " + config_dir("overflow", llama + R"(, "rope_theta": 1e309})"), "number overflow"},
+      {"deep nesting",
+       "--model " + config_dir("deep", llama + R"(, "rope_scaling": )" + std::string(100000, '[') +
+                                           std::string(100000, ']') + "}"),
+       "nested deeper than 256"},
       {"wrong type", "--model " + config_dir("type", llama + R"(, "num_key_value_heads": "2"})"),
        "field 'num_key_value_heads' must be an integer"},
       {"zero heads", "--model " + config_dir("zero", llama + R"(, "num_key_value_heads": 0})"),

@@ -139,6 +139,14 @@ TEST(SafetensorsTest, MalformedFilesAreClearErrors) {
        data,
        std::nullopt,
        {"'a'", "data_offsets"}},
+      // Checked before parsing: code that walks or prints a value recursively would run out of
+      // stack on it.
+      {"a shape nested 100 000 deep",
+       R"({"a": {"dtype": "F32", "shape": )" + std::string(100000, '[') + std::string(100000, ']') +
+           R"(, "data_offsets": [0, 16]}})",
+       data,
+       std::nullopt,
+       {"header", "nested deeper than 256"}},
       {"overlap",
        nlohmann::json{{"a", {{"dtype", "F32"}, {"shape", {3}}, {"data_offsets", {0, 12}}}},
                       {"b", {{"dtype", "F32"}, {"shape", {2}}, {"data_offsets", {8, 16}}}}}

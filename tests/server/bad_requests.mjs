@@ -23,7 +23,24 @@ function bad_requests(ctx) {
   const { prompt: _prompt, ...no_prompt } = completion;
   const { messages: _messages, ...no_messages } = chat;
   const too_long = "x".repeat(20 * ctx.max_model_len);
+  // 100 000 levels of nesting in 200 KB: the server must refuse it before anything walks it.
+  const deep = "[".repeat(100000) + "]".repeat(100000);
+  const with_deep = (body, field) => JSON.stringify(body).replace(`"${field}":"DEEP"`, `"${field}":${deep}`);
   return [
+    { name: "a typed field nested 100 000 deep", path: kCompletions,
+      body: with_deep({ ...completion, max_tokens: "DEEP" }, "max_tokens"), expect: 400 },
+    { name: "chat content nested 100 000 deep", path: kChat,
+      body: with_deep({ ...chat, messages: [{ role: "user", content: "DEEP" }] }, "content"),
+      expect: 400 },
+    { name: "/tokenize of messages nested 100 000 deep", path: "/tokenize", headers: {},
+      body: with_deep({ messages: [{ role: "user", content: "DEEP" }] }, "content"), expect: 400 },
+    { name: "max_tokens near 2^63", path: kCompletions,
+      body: '{"prompt": "hi", "max_tokens": 9223372036854775800}', expect: 400 },
+    { name: "max_completion_tokens near 2^63", path: kChat,
+      body: '{"messages": [{"role": "user", "content": "hi"}], "max_completion_tokens": 9223372036854775800}',
+      expect: 400 },
+    { name: "a number too large for a double", path: kCompletions,
+      body: '{"prompt": "hi", "temperature": 1e309}', expect: 400 },
     { name: "malformed JSON", path: kCompletions, body: '{"model": "x", "prompt": ', expect: 400 },
     { name: "an empty body", path: kCompletions, body: "", expect: 400 },
     { name: "a JSON array body", path: kCompletions, body: "[1, 2]", expect: 400 },
@@ -113,6 +130,8 @@ async function check_refused(ctx, request) {
   assert.ok(typeof error?.message === "string" && error.message.length > 0,
             `no error.message in ${response.text.slice(0, 200)}`);
   assert.equal(typeof error.type, "string", "error.type");
+  // An error quotes at most a short piece of what it refuses.
+  assert.ok(error.message.length < 1000, `a ${error.message.length}-byte error message`);
 }
 
 // One bad request never takes the server down.
