@@ -17,11 +17,29 @@ namespace {
 struct ServeOptions {
   ModelFlags paths;
   std::string served_model_name;
+  int64_t max_choices = RequestLimits{}.max_choices;
   ServerOptions server;
   EngineFlags engine;
 };
 
+bool is_loopback(const std::string& host) {
+  return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
+}
+
 void run_serve(const ServeOptions& options) {
+  // SIGINT and SIGTERM are blocked before any thread starts (the engine's, the model's pools), so
+  // every thread inherits the mask and only the waiter below receives them.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  if (options.server.api_key.empty() && !is_loopback(options.server.host)) {
+    fmt::print(stderr,
+               "warning: listening on {} without an API key: anyone who can reach it can use "
+               "the model (set --api-key or PAGODA_API_KEY)\n",
+               options.server.host);
+  }
   const std::string model_dir = options.paths.model();
   const Tokenizer tokenizer = Tokenizer::load(options.paths.tokenizer());
   std::unique_ptr<ChatTemplate> chat;
@@ -47,18 +65,14 @@ void run_serve(const ServeOptions& options) {
       .served_model_name = options.served_model_name.empty()
                                ? std::filesystem::path(model_dir).filename().string()
                                : options.served_model_name,
-      .max_model_len = plan.max_model_len};
+      .max_model_len = plan.max_model_len,
+      .max_choices = options.max_choices};
   ServerOptions server_options = options.server;
   // Every open stream holds a handler thread: enough for a full batch, plus a few for the rest.
   server_options.threads = static_cast<int>(options.engine.scheduler.max_num_seqs) + 16;
   OpenAiServer server(engine, tokenizer, chat.get(), limits, server_options);
 
   // SIGINT and SIGTERM stop the server from a thread that waits for them.
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGINT);
-  sigaddset(&signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   const int port = server.bind();
   fmt::print(stderr, "pagoda serve: model '{}' ({} KV blocks), listening on http://{}:{}\n",
              limits.served_model_name, plan.num_blocks - kNullBlocks, options.server.host, port);
@@ -82,9 +96,18 @@ void add_serve_command(CLI::App& app) {
   command->add_option("--host", options->server.host, "Address to listen on")
       ->capture_default_str();
   command->add_option("--port", options->server.port, "Port (0: any free port)")
+      ->check(CLI::Range(0, 65535))
       ->capture_default_str();
-  command->add_option("--api-key", options->server.api_key,
-                      "Require 'Authorization: Bearer KEY' on /v1 routes");
+  command
+      ->add_option("--api-key", options->server.api_key,
+                   "Require 'Authorization: Bearer KEY' on /v1 routes (default: $PAGODA_API_KEY, "
+                   "which keeps the key out of the process list)")
+      ->envname("PAGODA_API_KEY");
+  command
+      ->add_option("--max-request-choices", options->max_choices,
+                   "Most engine requests one call may start: prompts × n")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20))
+      ->capture_default_str();
   command->add_option("--served-model-name", options->served_model_name,
                       "The model's name in the API (default: the model directory's name)");
   command

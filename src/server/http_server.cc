@@ -42,6 +42,16 @@ std::string sse(const Json& chunk) {
 
 // One API call: every prompt × n choices, submitted together so they run in one batch.
 
+// Whether `given` equals `secret`, in a time that depends only on their lengths, so that timing
+// a wrong key reveals nothing of the right one.
+bool same_secret(std::string_view given, std::string_view secret) {
+  if (given.size() != secret.size()) return false;
+  unsigned char differ = 0;
+  for (size_t i = 0; i < secret.size(); ++i)
+    differ |= static_cast<unsigned char>(given[i] ^ secret[i]);
+  return differ == 0;
+}
+
 Json parse_body(const httplib::Request& request) {
   try {
     check_json_depth(request.body, "the body");
@@ -96,7 +106,7 @@ OpenAiServer::OpenAiServer(EngineService& engine, const Tokenizer& tokenizer,
         if (options_.api_key.empty() || request.path.rfind("/v1/", 0) != 0) {
           return httplib::Server::HandlerResponse::Unhandled;
         }
-        if (request.get_header_value("Authorization") != "Bearer " + options_.api_key) {
+        if (!same_secret(request.get_header_value("Authorization"), "Bearer " + options_.api_key)) {
           send_error(response, 401, "missing or wrong API key (Authorization: Bearer ...)",
                      "AuthenticationError");
           return httplib::Server::HandlerResponse::Handled;

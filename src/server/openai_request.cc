@@ -22,7 +22,8 @@ bool is_id_list(const Json& value) {
 }
 
 // The completions `prompt`: a string, a list of ids, a list of strings or a list of id lists.
-void read_prompts(const Json& prompt, const Tokenizer& tokenizer, OpenAiRequest& request) {
+void read_prompts(const Json& prompt, const Tokenizer& tokenizer, int64_t max_prompts,
+                  OpenAiRequest& request) {
   const auto add_text = [&](const std::string& text) {
     request.prompts.push_back(tokenizer.encode(text));
     request.prompt_texts.push_back(text);
@@ -36,6 +37,11 @@ void read_prompts(const Json& prompt, const Tokenizer& tokenizer, OpenAiRequest&
   } else if (is_id_list(prompt)) {
     add_ids(prompt);
   } else if (prompt.is_array() && !prompt.empty()) {
+    // Counted before anything is tokenized.
+    if (static_cast<int64_t>(prompt.size()) > max_prompts) {
+      bad("prompt",
+          fmt::format("{} prompts in one request; at most {}", prompt.size(), max_prompts));
+    }
     for (const Json& item : prompt) {
       if (item.is_string()) {
         add_text(item.get<std::string>());
@@ -115,7 +121,7 @@ OpenAiRequest read_request(const Json& body, Endpoint endpoint, const Tokenizer&
   const auto given = [&](const char* name) { return body.contains(name) && !body[name].is_null(); };
   if (endpoint == Endpoint::kCompletions) {
     if (!body.contains("prompt")) bad("prompt", "'prompt' is required");
-    read_prompts(body["prompt"], tokenizer, request);
+    read_prompts(body["prompt"], tokenizer, limits.max_choices, request);
     if (body.contains("echo") && !body["echo"].is_null())
       request.echo = read_boolean("echo", body["echo"]);
     if (body.contains("logprobs") && !body["logprobs"].is_null()) {
@@ -160,6 +166,11 @@ OpenAiRequest read_request(const Json& body, Endpoint endpoint, const Tokenizer&
   }
   if (request.n < 1 || request.n > limits.max_n) {
     bad("n", fmt::format("'n' is {}; it must be in [1, {}]", request.n, limits.max_n));
+  }
+  const int64_t choices = static_cast<int64_t>(request.prompts.size()) * request.n;
+  if (choices > limits.max_choices) {
+    bad("n", fmt::format("{} prompts × n {} = {} choices in one request; at most {}",
+                         request.prompts.size(), request.n, choices, limits.max_choices));
   }
   try {
     request.params.validate(tokenizer.vocab_size());

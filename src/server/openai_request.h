@@ -48,6 +48,8 @@ struct RequestLimits {
   int64_t max_model_len = 0;
   int64_t max_logprobs = 20;
   int64_t max_n = 128;
+  // Prompts × n: the engine requests one call may start.
+  int64_t max_choices = 256;
 };
 
 // Parses a /v1/completions or /v1/chat/completions body. `chat` is null when the tokenizer has no

@@ -95,5 +95,27 @@ TEST(OpenAiRequestTest, BadRequestsNameTheParameter) {
   }
 }
 
+// One small body must not start thousands of engine requests: prompts × n is capped, and a prompt
+// list over the cap is refused before any of it is tokenized.
+TEST(OpenAiRequestTest, CapsThePromptsTimesN) {
+  static const ChatTemplate chat(byte_tokenizer());
+  const RequestLimits limits{.served_model_name = "m", .max_model_len = 64, .max_choices = 6};
+  auto parse_capped = [&](const std::string& body) {
+    return parse_openai_request(Json::parse(body), Endpoint::kCompletions, byte_tokenizer(), &chat,
+                                limits);
+  };
+  EXPECT_EQ(parse_capped(R"({"prompt": ["a", "b", "c"], "n": 2})").prompts.size(), 3u);
+  for (const char* body : {R"({"prompt": ["a", "b", "c"], "n": 3})",
+                           R"({"prompt": ["a", "b", "c", "d", "e", "f", "g"]})"}) {
+    try {
+      parse_capped(body);
+      ADD_FAILURE() << body << " was accepted";
+    } catch (const ApiError& error) {
+      EXPECT_EQ(error.status, 400) << body;
+      EXPECT_NE(std::string(error.what()).find("at most 6"), std::string::npos) << error.what();
+    }
+  }
+}
+
 }  // namespace
 }  // namespace pagoda
