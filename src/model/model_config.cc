@@ -107,6 +107,12 @@ ModelConfig parse_model_config(const nlohmann::json& json, const std::string& so
       model.eos_token_ids = {reader->integer("eos_token_id")};
     }
   }
+  for (const int64_t id : model.eos_token_ids) {
+    if (id < 0 || id >= model.vocab_size) {
+      fail("{}: eos_token_id {} is outside the vocabulary (ids 0..{})", source, id,
+           model.vocab_size - 1);
+    }
+  }
   arch.read_layers(text, model);
   for (const LayerAttentionConfig& layer : model.layers)
     check_layer_shape(config, layer);

@@ -225,6 +225,10 @@ TEST(ModelConfigTest, BadInputNamesTheProblem) {
   expect_error(config, {"num_attention_heads", "must be an integer", "\"four\""});
 
   config = tiny_llama();
+  config["eos_token_id"] = {2, 1000000};
+  expect_error(config, {"test.json", "eos_token_id 1000000", "outside the vocabulary"});
+
+  config = tiny_llama();
   config["num_key_value_heads"] = 0;
   expect_error(config, {"num_key_value_heads", "is 0", "at least 1"});
 

@@ -161,6 +161,15 @@ TEST(SafetensorsTest, MalformedFilesAreClearErrors) {
     write_file(path, c.header, c.data, c.length);
     expect_open_error(path, c.expected);
   }
+  // A tensor of no elements may sit anywhere, even inside another's bytes.
+  const std::string path = dir + "/empty.safetensors";
+  write_file(path,
+             nlohmann::json{{"a", {{"dtype", "F32"}, {"shape", {4}}, {"data_offsets", {0, 16}}}},
+                            {"e", {{"dtype", "F32"}, {"shape", {0, 3}}, {"data_offsets", {8, 8}}}}}
+                 .dump(),
+             data, std::nullopt);
+  const SafetensorsFile file = SafetensorsFile::open(path);
+  EXPECT_EQ(file.entries().size(), 2u);
   // Shorter than the length field.
   std::ofstream(dir + "/tiny.safetensors") << "abc";
   expect_open_error(dir + "/tiny.safetensors", {"3 bytes"});
