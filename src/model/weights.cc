@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstring>
 
 #include "core/error.h"
 #include "core/thread_pool.h"
@@ -124,14 +125,10 @@ Tensor WeightSource::place(Tensor tensor) const {
   return device_.is_cpu() ? tensor : tensor.to(device_);
 }
 
-Tensor WeightSource::get(const std::string& name, const Shape& shape) {
+Tensor WeightSource::stored(const std::string& name, const Shape& shape) {
+  PAGODA_CHECK(checkpoint_, "no checkpoint to read '{}' from", name);
   if (used_.count(name) != 0) PAGODA_CHECK(false, "weight '{}' bound twice", name);
   used_.insert(name);
-  if (!checkpoint_) {
-    Tensor tensor = Tensor::empty(shape, dummy_dtype_);
-    fill_dummy(tensor, name, seed_);
-    return place(std::move(tensor));
-  }
   if (!checkpoint_->contains(name)) {
     fail("checkpoint is missing tensor '{}' (expected shape {})", name, shape);
   }
@@ -139,6 +136,43 @@ Tensor WeightSource::get(const std::string& name, const Shape& shape) {
   if (tensor.shape() != shape) {
     fail("{}: tensor '{}' has shape {}; the architecture expects {}", checkpoint_->file_of(name),
          name, tensor.shape(), shape);
+  }
+  return tensor;
+}
+
+std::vector<int64_t> WeightSource::get_int64(const std::string& name, const Shape& shape) {
+  int64_t count = 1;
+  for (const int64_t dim : shape)
+    count *= dim;
+  std::vector<int64_t> values(count);
+  if (!checkpoint_) {
+    used_.insert(name);
+    for (int64_t i = 0; i < count; ++i)
+      values[i] = i;
+    return values;
+  }
+  const Tensor tensor = stored(name, shape);
+  if (tensor.dtype() != DType::kI64) {
+    fail("{}: tensor '{}' is {}; it must be int64", checkpoint_->file_of(name), name,
+         dtype_name(tensor.dtype()));
+  }
+  std::memcpy(values.data(), tensor.raw_data(), count * sizeof(int64_t));
+  return values;
+}
+
+Tensor WeightSource::get(const std::string& name, const Shape& shape) {
+  if (!checkpoint_) {
+    if (used_.count(name) != 0) PAGODA_CHECK(false, "weight '{}' bound twice", name);
+    used_.insert(name);
+    Tensor tensor = Tensor::empty(shape, dummy_dtype_);
+    fill_dummy(tensor, name, seed_);
+    return place(std::move(tensor));
+  }
+  Tensor tensor = stored(name, shape);
+  // Refused here, not inside a kernel that meets an integer weight.
+  if (!is_floating(tensor.dtype())) {
+    fail("{}: tensor '{}' is {}; a weight must be float32, float16 or bfloat16",
+         checkpoint_->file_of(name), name, dtype_name(tensor.dtype()));
   }
   // Views of the mapping are kept when aligned; otherwise copied so elements load aligned.
   if (reinterpret_cast<uintptr_t>(tensor.raw_data()) % tensor.element_size() != 0) {

@@ -6,6 +6,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "model/safetensors.h"
 
@@ -31,8 +32,11 @@ class WeightSource {
 
   // The tensor `name` with exactly `shape`: on the host in its stored dtype (f32, f16 or bf16),
   // aligned to its element size; or on the GPU set by set_device(), in bf16. Throws Error naming
-  // the tensor when it is missing or shaped otherwise.
+  // the tensor when it is missing, shaped otherwise or not floating point.
   Tensor get(const std::string& name, const Shape& shape);
+  // An int64 tensor of `shape` (token ids and the like), on the host. Dummy weights give 0, 1, 2,
+  // ... in order. Throws Error naming the tensor when it is missing, shaped otherwise or not I64.
+  std::vector<int64_t> get_int64(const std::string& name, const Shape& shape);
   // True when `name` exists (always false for dummy weights, so optional tensors are skipped).
   bool has(const std::string& name) const;
   // Checkpoint tensors never asked for, in name order.
@@ -43,6 +47,8 @@ class WeightSource {
  private:
   void report_progress(int64_t bytes);
   Tensor place(Tensor tensor) const;
+  // The checkpoint's tensor `name`, marked used; Error when it is missing or not of `shape`.
+  Tensor stored(const std::string& name, const Shape& shape);
 
   Device device_ = Device::cpu();
   bool host_bf16_ = false;

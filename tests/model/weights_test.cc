@@ -4,6 +4,9 @@
 
 #include <algorithm>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "core/error.h"
 
@@ -39,6 +42,40 @@ TEST(WeightsTest, BindsByNameAndShape) {
   const std::vector<std::string> unused = weights.unused();
   EXPECT_EQ(std::count(unused.begin(), unused.end(), "model.norm.weight"), 0);
   EXPECT_EQ(std::count(unused.begin(), unused.end(), "lm_head.weight"), 1);
+}
+
+// Integer tensors are read as such, and refused where a weight is wanted: at load, naming the
+// tensor, not inside a kernel.
+TEST(WeightsTest, DtypesAreCheckedAtLoad) {
+  const std::string dir =
+      ::testing::TempDir() + "pagoda_weights_dtypes_" + std::to_string(::getpid());
+  std::filesystem::create_directories(dir);
+  const nlohmann::json header = {
+      {"ids", {{"dtype", "I64"}, {"shape", {3}}, {"data_offsets", {0, 24}}}},
+      {"mask", {{"dtype", "I32"}, {"shape", {2}}, {"data_offsets", {24, 32}}}}};
+  const std::string text = header.dump();
+  const uint64_t length = text.size();
+  const int64_t ids[3] = {2, 0, 1};
+  const int32_t mask[2] = {1, 0};
+  {
+    std::ofstream file(dir + "/model.safetensors", std::ios::binary);
+    file.write(reinterpret_cast<const char*>(&length), 8);
+    file << text;
+    file.write(reinterpret_cast<const char*>(ids), sizeof(ids));
+    file.write(reinterpret_cast<const char*>(mask), sizeof(mask));
+  }
+  WeightSource weights = WeightSource::from_checkpoint(dir);
+  EXPECT_EQ(weights.get_int64("ids", {3}), (std::vector<int64_t>{2, 0, 1}));
+  try {
+    weights.get("mask", {2});
+    ADD_FAILURE() << "an I32 weight was accepted";
+  } catch (const Error& error) {
+    const std::string message = error.what();
+    EXPECT_NE(message.find("'mask' is int32"), std::string::npos) << message;
+  }
+  EXPECT_EQ(WeightSource::dummy(DType::kBF16, 1).get_int64("ids", {3}),
+            (std::vector<int64_t>{0, 1, 2}));
+  std::filesystem::remove_all(dir);
 }
 
 TEST(WeightsTest, DummyWeightsAreSeededAndShaped) {

@@ -6,7 +6,6 @@
 #include "model/arch/gemma4_assistant.h"
 
 #include <algorithm>
-#include <cstring>
 #include <limits>
 
 #include "ops/cpu/ops.h"
@@ -34,18 +33,11 @@ Gemma4Assistant::Gemma4Assistant(const ModelConfig& config, WeightSource& weight
            config.vocab_size);
     }
     centroids_ = weights.get("masked_embedding.centroids.weight", {centroids, hidden});
-    const Tensor ordering = weights.get("masked_embedding.token_ordering", {config.vocab_size});
-    for (int64_t i = 0; i < ordering.numel(); ++i) {
-      if (ordering.dtype() != DType::kI64) {
-        fail("{}: masked_embedding.token_ordering must be int64, not {}", config.source,
-             dtype_name(ordering.dtype()));
-      }
-      int64_t id = 0;
-      std::memcpy(&id, ordering.raw_data() + i * 8, 8);
+    token_ordering_ = weights.get_int64("masked_embedding.token_ordering", {config.vocab_size});
+    for (const int64_t id : token_ordering_) {
       if (id < 0 || id >= config.vocab_size) {
         fail("{}: token_ordering holds {}, outside the vocabulary", config.source, id);
       }
-      token_ordering_.push_back(id);
     }
     top_centroids_ = std::min(outer.positive_or("centroid_intermediate_top_k", 32), centroids);
   }
