@@ -9,8 +9,8 @@ namespace pagoda {
 
 // The file's bytes; Error when it cannot be read.
 std::string read_text_file(const std::string& path);
-// The file parsed as JSON (nesting checked first); Error naming the file and the byte where
-// parsing failed.
+// The file parsed as JSON (nesting checked first); Error naming the file and where parsing
+// failed.
 nlohmann::json read_json_file(const std::string& path);
 
 // How deep arrays and objects may nest in any JSON pagoda reads (model files, requests, prompts):

@@ -125,10 +125,13 @@ Tensor WeightSource::place(Tensor tensor) const {
   return device_.is_cpu() ? tensor : tensor.to(device_);
 }
 
+void WeightSource::mark_used(const std::string& name) {
+  PAGODA_CHECK(used_.insert(name).second, "weight '{}' bound twice", name);
+}
+
 Tensor WeightSource::stored(const std::string& name, const Shape& shape) {
   PAGODA_CHECK(checkpoint_, "no checkpoint to read '{}' from", name);
-  if (used_.count(name) != 0) PAGODA_CHECK(false, "weight '{}' bound twice", name);
-  used_.insert(name);
+  mark_used(name);
   if (!checkpoint_->contains(name)) {
     fail("checkpoint is missing tensor '{}' (expected shape {})", name, shape);
   }
@@ -146,7 +149,7 @@ std::vector<int64_t> WeightSource::get_int64(const std::string& name, const Shap
     count *= dim;
   std::vector<int64_t> values(count);
   if (!checkpoint_) {
-    used_.insert(name);
+    mark_used(name);
     for (int64_t i = 0; i < count; ++i)
       values[i] = i;
     return values;
@@ -162,8 +165,7 @@ std::vector<int64_t> WeightSource::get_int64(const std::string& name, const Shap
 
 Tensor WeightSource::get(const std::string& name, const Shape& shape) {
   if (!checkpoint_) {
-    if (used_.count(name) != 0) PAGODA_CHECK(false, "weight '{}' bound twice", name);
-    used_.insert(name);
+    mark_used(name);
     Tensor tensor = Tensor::empty(shape, dummy_dtype_);
     fill_dummy(tensor, name, seed_);
     return place(std::move(tensor));

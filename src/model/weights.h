@@ -47,6 +47,8 @@ class WeightSource {
  private:
   void report_progress(int64_t bytes);
   Tensor place(Tensor tensor) const;
+  // Records that `name` is bound; InternalError when it already was.
+  void mark_used(const std::string& name);
   // The checkpoint's tensor `name`, marked used; Error when it is missing or not of `shape`.
   Tensor stored(const std::string& name, const Shape& shape);
 
