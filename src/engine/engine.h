@@ -67,7 +67,8 @@ class Engine {
   // Ends a request wherever it is and frees its blocks; its last delta says "abort".
   void abort(int64_t id);
   // Ends a request wherever it is with FinishReason::kError and `error`, frees its blocks and
-  // returns its last delta (for a caller whose step failed outside the engine's own error paths).
+  // returns its last delta. A failed step ends its own requests so; the server ends every request
+  // so when a step fails outside the model and sampler.
   RequestDelta fail_request(int64_t id, const std::string& error);
   bool has_unfinished() const { return scheduler_.has_requests() || !aborted_.empty(); }
   // Runs one step of continuous batching: schedule, run the model, sample, append the tokens.

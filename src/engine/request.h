@@ -84,6 +84,12 @@ struct Request {
   // A request that wants prompt log-probabilities computes its whole prompt: it never starts from
   // a prefix-cache hit.
   bool cacheable() const { return !params.prompt_logprobs.has_value(); }
+  // Whether a chunk from token `first` on computes prompt log-probabilities: a logits row per
+  // token, each predicting the next prompt token. The scheduler bounds such tokens per step; the
+  // sampler asks the model for their rows.
+  bool prompt_logprob_rows(int64_t first) const {
+    return params.prompt_logprobs.has_value() && first + 1 < num_prompt_tokens;
+  }
   // The generated tokens with their log-probabilities.
   std::vector<SampledToken> output_tokens() const;
 };

@@ -32,10 +32,7 @@ void Sampler::prepare(std::span<const ScheduledChunk> chunks, bool logits_on_dev
   on_device_ = logits_on_device;
   for (const ScheduledChunk& chunk : chunks) {
     const Request& request = *chunk.request;
-    // Rows of a chunk inside the prompt predict prompt tokens, when their log-probabilities are
-    // wanted.
-    const bool prompt_rows =
-        request.params.prompt_logprobs.has_value() && chunk.first + 1 < request.num_prompt_tokens;
+    const bool prompt_rows = request.prompt_logprob_rows(chunk.first);
     logits_rows_.push_back(prompt_rows ? chunk.num_tokens : 1);
     samples_.push_back(chunk.first + chunk.num_tokens >= request.num_tokens());
     on_device_ = on_device_ && !prompt_rows && samples_from_logits(request);

@@ -51,7 +51,7 @@ void Scheduler::preempt(Request* request) {
 int64_t Scheduler::chunk_tokens(const Request& request, int64_t first, int64_t budget,
                                 int64_t& prompt_logprob_tokens) const {
   int64_t count = std::min(request.num_tokens() - first, budget);
-  if (request.params.prompt_logprobs && first + 1 < request.num_prompt_tokens) {
+  if (request.prompt_logprob_rows(first)) {
     count = std::min(count, prompt_logprob_tokens);
     prompt_logprob_tokens -= count;
   }
