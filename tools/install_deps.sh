@@ -5,7 +5,7 @@ set -euo pipefail
 pagoda_packages=(
   cmake g++ make pkg-config
   nlohmann-json3-dev libcli11-dev libfmt-dev libspdlog-dev libopenblas-dev libxxhash-dev
-  libpcre2-dev libutf8proc-dev libcpp-httplib-dev
+  libpcre2-dev libutf8proc-dev libboost-dev
   libgtest-dev libgmock-dev googletest
 )
 

@@ -1,15 +1,21 @@
 #include "cli/serve.h"
 
 #include <fmt/format.h>
+#include <spdlog/sinks/stdout_sinks.h>
+#include <spdlog/spdlog.h>
 
+#include <unistd.h>
+
+#include <cerrno>
 #include <csignal>
+#include <cstring>
 #include <filesystem>
 #include <thread>
 
 #include "cli/engine_flags.h"
 #include "cli/prompts.h"
 #include "core/error.h"
-#include "server/http_server.h"
+#include "server/openai_server.h"
 
 namespace pagoda {
 namespace {
@@ -18,6 +24,8 @@ struct ServeOptions {
   ModelFlags paths;
   std::string served_model_name;
   int64_t max_choices = RequestLimits{}.max_choices;
+  double shutdown_grace_s = 30;
+  std::string log_level = "info";
   ServerOptions server;
   EngineFlags engine;
 };
@@ -26,14 +34,27 @@ bool is_loopback(const std::string& host) {
   return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
 }
 
+// Log lines (the access log, engine failures) go to stderr at `level` and above.
+void set_up_logging(const std::string& level) {
+  auto logger = spdlog::get("pagoda");
+  if (!logger) logger = spdlog::stderr_logger_mt("pagoda");
+  logger->set_pattern("%Y-%m-%d %H:%M:%S.%e %l %v");
+  logger->set_level(spdlog::level::from_str(level));
+  spdlog::set_default_logger(std::move(logger));
+}
+
+// SIGINT and SIGTERM reach a thread that shuts the server down through a pipe: a handler may run
+// on any thread (libraries start threads before main can mask signals), and writing a byte is
+// safe in it.
+int g_stop_pipe[2] = {-1, -1};
+
+extern "C" void on_stop_signal(int signal) {
+  const char byte = static_cast<char>(signal);
+  [[maybe_unused]] const ssize_t written = write(g_stop_pipe[1], &byte, 1);
+}
+
 void run_serve(const ServeOptions& options) {
-  // SIGINT and SIGTERM are blocked before any thread starts (the engine's, the model's pools), so
-  // every thread inherits the mask and only the waiter below receives them.
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGINT);
-  sigaddset(&signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  set_up_logging(options.log_level);
   if (options.server.api_key.empty() && !is_loopback(options.server.host)) {
     fmt::print(stderr,
                "warning: listening on {} without an API key: anyone who can reach it can use "
@@ -67,24 +88,36 @@ void run_serve(const ServeOptions& options) {
                                : options.served_model_name,
       .max_model_len = plan.max_model_len,
       .max_choices = options.max_choices};
-  ServerOptions server_options = options.server;
-  // Every open stream holds a handler thread: enough for a full batch, plus a few for the rest.
-  server_options.threads = static_cast<int>(options.engine.scheduler.max_num_seqs) + 16;
-  OpenAiServer server(engine, tokenizer, chat.get(), limits, server_options);
+  OpenAiServer server(engine, tokenizer, chat.get(), limits, options.server);
 
-  // SIGINT and SIGTERM stop the server from a thread that waits for them.
   const int port = server.bind();
   fmt::print(stderr, "pagoda serve: model '{}' ({} KV blocks), listening on http://{}:{}\n",
              limits.served_model_name, plan.num_blocks - kNullBlocks, options.server.host, port);
+  // SIGINT and SIGTERM shut the server down gracefully; a zero byte (run() returned by itself)
+  // only ends the waiter.
+  if (pipe(g_stop_pipe) != 0) fail("cannot create a pipe: {}", strerror(errno));
+  struct sigaction action {};
+  action.sa_handler = on_stop_signal;
+  sigemptyset(&action.sa_mask);
+  sigaction(SIGINT, &action, nullptr);
+  sigaction(SIGTERM, &action, nullptr);
   std::thread waiter([&] {
-    int signal = 0;
-    sigwait(&signals, &signal);
-    server.stop();
+    char signal = 0;
+    while (read(g_stop_pipe[0], &signal, 1) < 0 && errno == EINTR) {
+    }
+    if (signal == 0) return;
+    spdlog::info("{}: shutting down (grace {} s)", strsignal(static_cast<unsigned char>(signal)),
+                 options.shutdown_grace_s);
+    const auto grace =
+        std::chrono::milliseconds(static_cast<int64_t>(options.shutdown_grace_s * 1000));
+    const int64_t aborted = server.shutdown(grace);
+    if (aborted > 0) spdlog::warn("aborted {} calls still running after the grace period", aborted);
   });
   server.run();
-  // run() also returns when listening fails; wake the waiter so it can be joined.
-  pthread_kill(waiter.native_handle(), SIGTERM);
+  const char done = 0;
+  [[maybe_unused]] const ssize_t written = write(g_stop_pipe[1], &done, 1);
   waiter.join();
+  spdlog::info("stopped");
 }
 
 }  // namespace
@@ -113,6 +146,26 @@ void add_serve_command(CLI::App& app) {
   command
       ->add_option("--max-body-bytes", options->server.max_body_bytes,
                    "Largest request body accepted")
+      ->check(CLI::Range(size_t{1}, size_t{1} << 30))
+      ->capture_default_str();
+  command
+      ->add_option("--http-threads", options->server.threads,
+                   "Threads serving connections (any number of clients)")
+      ->check(CLI::Range(1, 256))
+      ->capture_default_str();
+  command
+      ->add_option("--max-connections", options->server.max_connections,
+                   "Open connections at most; more are answered 503")
+      ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
+  command
+      ->add_option("--shutdown-grace", options->shutdown_grace_s,
+                   "Seconds that SIGTERM or SIGINT lets running requests finish before aborting "
+                   "them")
+      ->check(CLI::Range(0.0, 3600.0))
+      ->capture_default_str();
+  command->add_option("--log-level", options->log_level, "Least severity logged")
+      ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "critical", "off"}))
       ->capture_default_str();
   add_engine_flags(*command, options->engine);
   command->callback([options] { run_serve(*options); });

@@ -1,10 +1,17 @@
 #include "server/engine_service.h"
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
 #include "core/error.h"
 
 namespace pagoda {
+namespace {
+
+// How long a failed step keeps the service unhealthy when no step follows it.
+constexpr std::chrono::seconds kFailingFor{5};
+
+}  // namespace
 
 std::vector<RequestDelta> RequestHandle::wait(std::chrono::milliseconds timeout) {
   std::unique_lock<std::mutex> lock(mutex_);
@@ -18,6 +25,14 @@ std::vector<RequestDelta> RequestHandle::wait(std::chrono::milliseconds timeout)
 std::string RequestHandle::error() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return error_;
+}
+
+void RequestHandle::push(RequestDelta delta, std::string error) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!error.empty()) error_ = std::move(error);
+  deltas_.push_back(std::move(delta));
+  ready_.notify_all();
+  if (notify_) notify_();
 }
 
 EngineService::EngineService(CausalLm& model, const KvCachePlan& plan, const KvCache& cache,
@@ -41,10 +56,12 @@ EngineService::~EngineService() {
   thread_.join();
 }
 
-std::shared_ptr<RequestHandle> EngineService::submit(GenerationRequest request) {
+std::shared_ptr<RequestHandle> EngineService::submit(GenerationRequest request,
+                                                     std::function<void()> notify) {
   engine_.validate(request);
   auto handle = std::make_shared<RequestHandle>();
   handle->submitted_ = RequestHandle::Clock::now();
+  handle->notify_ = std::move(notify);
   {
     std::lock_guard<std::mutex> lock(mutex_);
     incoming_.emplace_back(std::move(request), handle);
@@ -74,10 +91,7 @@ void EngineService::admit_and_abort() {
       handle->engine_id_ = engine_.add_request(std::move(request));
       active_[handle->engine_id_] = handle;
     } catch (const Error& error) {  // validated at submit; the pool may still refuse it
-      std::lock_guard<std::mutex> lock(handle->mutex_);
-      handle->error_ = error.what();
-      handle->deltas_.push_back({.finish_reason = FinishReason::kError, .error = error.what()});
-      handle->ready_.notify_all();
+      handle->push({.finish_reason = FinishReason::kError, .error = error.what()}, error.what());
     }
   }
   for (const auto& handle : aborting) {
@@ -112,15 +126,12 @@ void EngineService::deliver(const std::vector<RequestDelta>& deltas) {
   for (const RequestDelta& delta : deltas) {
     const auto it = active_.find(delta.request_id);
     if (it == active_.end()) continue;
-    {
-      RequestHandle& handle = *it->second;
-      std::lock_guard<std::mutex> lock(handle.mutex_);
-      if (delta.finish_reason == FinishReason::kError) {
-        handle.error_ = fmt::format("the engine failed: {}", delta.error);
-      }
-      handle.deltas_.push_back(delta);
-      handle.ready_.notify_all();
+    if (delta.finish_reason == FinishReason::kError) {
+      spdlog::error("request {} failed: {}", delta.request_id, delta.error);
     }
+    it->second->push(delta, delta.finish_reason == FinishReason::kError
+                                ? fmt::format("the engine failed: {}", delta.error)
+                                : std::string());
     if (delta.finish_reason != FinishReason::kNone) {
       engine_.release(delta.request_id);
       active_.erase(it);
@@ -158,15 +169,33 @@ void EngineService::loop() {
       });
       if (stopping_) return;
     }
+    bool failed = false;
     try {
       admit_and_abort();
-      deliver(engine_.step());
+      const std::vector<RequestDelta> deltas = engine_.step();
+      failed = std::any_of(deltas.begin(), deltas.end(), [](const RequestDelta& delta) {
+        return delta.finish_reason == FinishReason::kError;
+      });
+      deliver(deltas);
     } catch (const std::exception& error) {
       // A step that failed outside the model and sampler (which fail only their own requests)
       // ends every request; the server stays up.
+      spdlog::error("an engine step failed; ending every request: {}", error.what());
+      failed = true;
       fail_all(error.what());
     }
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (failed) {
+      last_failure_ = RequestHandle::Clock::now();
+    } else {
+      last_failure_.reset();
+    }
   }
+}
+
+bool EngineService::healthy() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return !last_failure_ || RequestHandle::Clock::now() - *last_failure_ > kFailingFor;
 }
 
 std::string EngineService::metrics_text() const {

@@ -6,8 +6,10 @@
 #include <chrono>
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -30,11 +32,14 @@ class RequestHandle {
  private:
   friend class EngineService;
   using Clock = std::chrono::steady_clock;
+  // Queues a delta and wakes the reader; `error`, when given, is what error() says from then on.
+  void push(RequestDelta delta, std::string error);
 
   mutable std::mutex mutex_;
   std::condition_variable ready_;
   std::deque<RequestDelta> deltas_;
   std::string error_;
+  std::function<void()> notify_;  // called (under mutex_) when deltas arrive
   // Engine-thread state:
   int64_t engine_id_ = -1;  // -1 until the engine has it
   Clock::time_point submitted_;
@@ -51,12 +56,18 @@ class EngineService {
   EngineService(const EngineService&) = delete;
   EngineService& operator=(const EngineService&) = delete;
 
-  // Validates the request (Error names the problem) and queues it.
-  std::shared_ptr<RequestHandle> submit(GenerationRequest request);
+  // Validates the request (Error names the problem) and queues it. `notify`, when given, is
+  // called from the engine thread whenever the request's deltas arrive; it must return quickly
+  // and must not call back into the service or the handle.
+  std::shared_ptr<RequestHandle> submit(GenerationRequest request,
+                                        std::function<void()> notify = {});
   // Ends a request wherever it is and frees its blocks; a no-op once it has finished.
   void abort(const std::shared_ptr<RequestHandle>& handle);
   // Gauges, counters and latency histograms in Prometheus text format.
   std::string metrics_text() const;
+  // False while the engine is failing: after a step that failed, until one succeeds or a few
+  // seconds pass without another.
+  bool healthy() const;
 
  private:
   void loop();
@@ -73,6 +84,7 @@ class EngineService {
   std::vector<std::pair<GenerationRequest, std::shared_ptr<RequestHandle>>> incoming_;
   std::vector<std::shared_ptr<RequestHandle>> aborting_;
   bool stopping_ = false;
+  std::optional<std::chrono::steady_clock::time_point> last_failure_;   // since the last good step
   std::unordered_map<int64_t, std::shared_ptr<RequestHandle>> active_;  // engine thread only
 
   // Metrics, under mutex_.

@@ -58,7 +58,7 @@ class OpenAiCall::State {
   ~State() { abort_unfinished(); }
 
   // Submits every choice; an invalid one aborts the others and raises a 400.
-  void submit() {
+  void submit(const std::function<void()>& notify) {
     for (size_t p = 0; p < request_.prompts.size(); ++p) {
       for (int64_t i = 0; i < request_.n; ++i) {
         GenerationRequest generation{.prompt_token_ids = request_.prompts[p],
@@ -70,7 +70,7 @@ class OpenAiCall::State {
         choice->text = std::make_unique<TextStream>(tokenizer_, request_.stop);
         if (request_.echo) choice->echo = request_.prompt_texts[p];
         try {
-          choice->handle = engine_.submit(std::move(generation));
+          choice->handle = engine_.submit(std::move(generation), notify);
         } catch (const Error& error) {
           abort_unfinished();
           throw ApiError(400, fmt::format("prompt {}: {}", p, error.what()), "prompt");
@@ -337,8 +337,8 @@ OpenAiCall::OpenAiCall(EngineService& engine, const Tokenizer& tokenizer, OpenAi
 
 OpenAiCall::~OpenAiCall() = default;
 
-void OpenAiCall::submit() {
-  state_->submit();
+void OpenAiCall::submit(std::function<void()> notify) {
+  state_->submit(notify);
 }
 
 bool OpenAiCall::finished() const {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -23,7 +24,8 @@ class OpenAiCall {
   ~OpenAiCall();  // aborts the choices still running
 
   // Submits every choice; one the engine refuses aborts the others and raises ApiError 400.
-  void submit();
+  // `notify` is called from the engine thread whenever news arrives (see EngineService::submit).
+  void submit(std::function<void()> notify = {});
   bool finished() const;
   // Aborts every choice still running (the client went away, or a stop string was seen).
   void abort_unfinished();

@@ -109,6 +109,8 @@ function bad_requests(ctx) {
       expect: "4xx",
       json: false,
     },
+    { name: "a gzip-encoded body", path: kCompletions, body: completion,
+      headers: { ...ctx.auth, "content-encoding": "gzip" }, expect: 415 },
     { name: "GET on a POST route", method: "GET", path: kCompletions, expect: "4xx" },
     { name: "POST on a GET route", path: "/v1/models", body: {}, expect: "4xx" },
     { name: "an unknown route", method: "GET", path: "/v1/no-such-route", expect: 404 },

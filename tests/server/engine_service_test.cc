@@ -6,7 +6,7 @@
 #include <fstream>
 #include <thread>
 
-#include "model/fixtures.h"
+#include "server/service_fixtures.h"
 
 namespace pagoda {
 namespace {
@@ -14,31 +14,6 @@ namespace {
 using namespace pagoda::testing;
 
 using std::chrono::milliseconds;
-
-struct TinyModel {
-  ModelConfig config;
-  std::unique_ptr<CausalLm> model;
-  KvCachePlan plan;
-  KvCache memory;
-  EngineConfig engine;
-
-  TinyModel() {
-    const std::string dir = std::string(PAGODA_SOURCE_DIR) + "/tests/fixtures/llama-tiny";
-    config = load_model_config(dir);
-    WeightSource weights = WeightSource::from_checkpoint(dir);
-    model = build_causal_lm(config, weights);
-    plan = plan_on_cpu(config, nullptr, {.block_size = 4, .num_blocks = 300});
-    memory = allocate_kv_cache(plan, Device::cpu());
-    engine = {.vocab_size = config.vocab_size,
-              .max_model_len = plan.max_model_len,
-              .eos_token_ids = config.eos_token_ids};
-  }
-};
-
-GenerationRequest request(int32_t first, int64_t max_tokens) {
-  return {.prompt_token_ids = {first, 7, 9, first},
-          .params = {.temperature = 0.0, .max_tokens = max_tokens, .ignore_eos = true}};
-}
 
 // Every token of a request's deltas, until its finish reason.
 std::pair<std::vector<int32_t>, FinishReason> drain(RequestHandle& handle) {
@@ -113,24 +88,6 @@ TEST(EngineServiceTest, AbortFreesTheRequestsBlocksAndBadRequestsThrow) {
   EXPECT_THROW(service.submit(request(1, 1000)), Error);             // past max_model_len
 }
 
-// Fails every step whose batch holds token 255.
-class PoisonedModel final : public CausalLm {
- public:
-  explicit PoisonedModel(CausalLm& model) : model_(model) {}
-  Tensor forward(const ForwardBatch& batch) override {
-    ++calls;
-    for (int32_t token : batch.token_ids) {
-      if (token == 255) fail("out of memory");
-    }
-    return model_.forward(batch);
-  }
-  Tensor compute_logits(const Tensor& hidden) override { return model_.compute_logits(hidden); }
-  std::atomic<int64_t> calls{0};
-
- private:
-  CausalLm& model_;
-};
-
 // A failed step ends its requests with the error; the engine thread goes back to sleep with
 // nothing held, and later requests succeed.
 TEST(EngineServiceTest, AFailedStepFailsOnlyItsRequests) {
@@ -144,6 +101,7 @@ TEST(EngineServiceTest, AFailedStepFailsOnlyItsRequests) {
   EXPECT_EQ(reason, FinishReason::kError);
   EXPECT_TRUE(tokens.empty());
   EXPECT_NE(failed->error().find("out of memory"), std::string::npos) << failed->error();
+  EXPECT_FALSE(service.healthy());
   // The failed step is not retried, and nothing is held while the service sleeps.
   std::this_thread::sleep_for(milliseconds(100));
   EXPECT_EQ(poisoned.calls.load(), 1);
@@ -156,6 +114,7 @@ TEST(EngineServiceTest, AFailedStepFailsOnlyItsRequests) {
   EXPECT_EQ(ok_reason, FinishReason::kLength);
   EXPECT_EQ(ok_tokens.size(), 3u);
   EXPECT_TRUE(ok->error().empty());
+  EXPECT_TRUE(service.healthy());
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // Checks of requests in flight and what /metrics says about them: many streams at once, a stream
 // the client abandons, and the metric series themselves.
 import assert from "node:assert/strict";
+import http from "node:http";
 
 import { chat, chat_prompt } from "./chat_checks.mjs";
 import { note } from "./harness.mjs";
@@ -127,6 +128,29 @@ async function check_abort_frees(ctx) {
   assert.ok(generated < n * max_tokens, `the aborted request generated all ${generated} tokens`);
 }
 
+// A client that goes away before a whole (not streamed) response is ready aborts its request too.
+async function check_disconnect_aborts(ctx) {
+  const [n, max_tokens] = [kAbortedChoices, 200];
+  const generated_before = metric(await read_metrics(ctx), "pagoda:generation_tokens_total");
+  const body = JSON.stringify({ model: ctx.model, prompt: "Leave me", n, max_tokens,
+                                temperature: 0, ignore_eos: true });
+  await new Promise((resolve) => {
+    const request = http.request(`${ctx.base_url}/v1/completions`, {
+      method: "POST",
+      agent: false,
+      headers: { ...ctx.auth, "content-type": "application/json",
+                 "content-length": Buffer.byteLength(body) },
+    });
+    request.on("error", () => {});
+    request.on("close", resolve);
+    request.end(body);
+    setTimeout(() => request.destroy(), 300);
+  });
+  const samples = await wait_until_idle(ctx, 10000);
+  const generated = metric(samples, "pagoda:generation_tokens_total") - generated_before;
+  assert.ok(generated < n * max_tokens, `the abandoned request generated all ${generated} tokens`);
+}
+
 // Runs after the other checks, so every series has seen requests.
 async function check_metrics(ctx) {
   const samples = await read_metrics(ctx);
@@ -158,6 +182,7 @@ export function lifecycle_checks(ctx) {
     [`${kConcurrentClients} concurrent streams each equal their request alone`,
      check_concurrent_streams],
     ["an aborted stream frees its sequences and KV cache blocks", check_abort_frees],
+    ["a whole response's client that goes away aborts its request", check_disconnect_aborts],
     ["GET /metrics has the documented series with sane values", check_metrics],
   ].map(([name, check]) => [name, () => check(ctx)]);
 }

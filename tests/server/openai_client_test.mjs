@@ -4,7 +4,9 @@
 // PASS/FAIL/SKIP line per check and a summary, stops the server, and exits 0 only if no check
 // failed. The weights are random, so the checks test structure and invariants, never text.
 // The openai package is the one tools/peers pins (tools/peers/setup.sh installs it).
+import assert from "node:assert/strict";
 import fs from "node:fs";
+import http from "node:http";
 import { createRequire } from "node:module";
 import path from "node:path";
 import { parseArgs } from "node:util";
@@ -72,7 +74,33 @@ function make_context({ openai, server, model, max_model_len }) {
     maxRetries: 0,
     timeout: kRequestTimeoutMs,
   });
-  return { openai, client, model, max_model_len, auth, send, post_json };
+  return { openai, client, model, max_model_len, auth, send, post_json, base_url };
+}
+
+// POSTs a streaming completion and resolves to the whole body once the server ends it; calls
+// on_data at each piece that arrives.
+function stream_text(ctx, body, on_data) {
+  const payload = JSON.stringify(body);
+  return new Promise((resolve, reject) => {
+    const request = http.request(`${ctx.base_url}/v1/completions`, {
+      method: "POST",
+      agent: false,
+      headers: { ...ctx.auth, "content-type": "application/json",
+                 "content-length": Buffer.byteLength(payload) },
+    });
+    request.on("response", (response) => {
+      let text = "";
+      response.setEncoding("utf8");
+      response.on("data", (piece) => {
+        text += piece;
+        on_data();
+      });
+      response.on("end", () => resolve(text));
+      response.on("error", reject);
+    });
+    request.on("error", reject);
+    request.end(payload);
+  });
 }
 
 function print_server_log(server) {
@@ -102,7 +130,8 @@ async function main() {
   try {
     // The key comes from the environment, as a deployment keeps it out of the process list.
     process.env.PAGODA_API_KEY = kApiKey;
-    server = await start_server(options.pagoda, ["--model", fixture, "--tokenizer", tokenizer]);
+    server = await start_server(options.pagoda, ["--model", fixture, "--tokenizer", tokenizer,
+                                                 "--shutdown-grace", "0"]);
   } catch (error) {
     console.log(`FAIL pagoda serve starts: ${error.message}`);
     process.exit(1);
@@ -127,10 +156,17 @@ async function main() {
     ...bad_request_checks(ctx),
   ];
   for (const [name, check] of checks) await runner.run(name, check);
-  await runner.run("pagoda serve exits on SIGTERM", async () => {
-    const { code, signal, graceful } = await server.stop();
+  await runner.run("SIGTERM ends a running stream with [DONE] and exits 0", async () => {
+    // The server runs with --shutdown-grace 0: the stream is aborted at once, and still ends well.
+    let stopped = null;
+    const text = await stream_text(ctx, {
+      model: ctx.model, prompt: "Until shutdown", n: 4, max_tokens: 200, ignore_eos: true,
+      stream: true,
+    }, () => (stopped ??= server.stop()));
+    assert.ok(text.endsWith("data: [DONE]\n\n"), `the stream ended with ${JSON.stringify(text.slice(-80))}`);
+    const { code, graceful } = await (stopped ?? server.stop());
     if (!graceful) throw new Error("still running 10 s after SIGTERM; killed");
-    if (code !== 0 && signal !== "SIGTERM") throw new Error(`the server ${server.describe_exit()}`);
+    if (code !== 0) throw new Error(`the server ${server.describe_exit()}`);
   });
   disarm();
 

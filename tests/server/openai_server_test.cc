@@ -1,0 +1,117 @@
+#include "server/openai_server.h"
+
+#include <gtest/gtest.h>
+
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/read.hpp>
+#include <boost/asio/write.hpp>
+#include <thread>
+
+#include "server/service_fixtures.h"
+
+namespace pagoda {
+namespace {
+
+namespace asio = boost::asio;
+using tcp = asio::ip::tcp;
+using namespace pagoda::testing;
+using std::chrono::milliseconds;
+
+// An OpenAI server over the tiny model (poisoned: a step holding token 255 fails), serving on its
+// own thread.
+class Served {
+ public:
+  Served()
+      : tokenizer_(
+            Tokenizer::load(std::string(PAGODA_SOURCE_DIR) + "/tests/fixtures/byte-tokenizer")),
+        poisoned_(*tiny_.model),
+        engine_(poisoned_, tiny_.plan, tiny_.memory, tiny_.engine),
+        server_(engine_, tokenizer_, nullptr,
+                {.served_model_name = "tiny", .max_model_len = tiny_.plan.max_model_len},
+                {.port = 0, .threads = 2}) {
+    port = server_.bind();
+    thread_ = std::thread([this] { server_.run(); });
+  }
+  ~Served() {
+    server_.stop();
+    thread_.join();
+  }
+  OpenAiServer& server() { return server_; }
+  EngineService& engine() { return engine_; }
+  PoisonedModel& model() { return poisoned_; }
+  int port = 0;
+
+ private:
+  TinyModel tiny_;
+  Tokenizer tokenizer_;
+  PoisonedModel poisoned_;
+  EngineService engine_;
+  OpenAiServer server_;
+  std::thread thread_;
+};
+
+// Sends one request with Connection: close and returns everything the server sent back.
+std::string call(int port, const std::string& method, const std::string& path,
+                 const std::string& body = "") {
+  asio::io_context io;
+  tcp::socket socket(io);
+  socket.connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), static_cast<uint16_t>(port)));
+  const std::string request = fmt::format(
+      "{} {} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n"
+      "Connection: close\r\n\r\n{}",
+      method, path, body.size(), body);
+  asio::write(socket, asio::buffer(request));
+  std::string out;
+  boost::system::error_code error;
+  asio::read(socket, asio::dynamic_buffer(out), error);
+  return out;
+}
+
+TEST(OpenAiServerTest, AFailedStreamEndsWithAnErrorEventAndHealthSaysSo) {
+  Served served;
+  const std::string out = call(served.port, "POST", "/v1/completions",
+                               R"({"prompt": [5, 7, 255], "max_tokens": 4, "stream": true})");
+  EXPECT_NE(out.find("HTTP/1.1 200"), std::string::npos) << out;
+  const size_t error = out.find(R"(data: {"error":)");
+  ASSERT_NE(error, std::string::npos) << out;
+  EXPECT_NE(out.find("out of memory", error), std::string::npos) << out;
+  EXPECT_NE(out.find("data: [DONE]", error), std::string::npos) << out;
+  EXPECT_NE(call(served.port, "GET", "/health").find("HTTP/1.1 503"), std::string::npos);
+
+  // Not streamed, the same failure is a 500 that names the cause and no source file.
+  const std::string whole =
+      call(served.port, "POST", "/v1/completions", R"({"prompt": [255], "max_tokens": 2})");
+  EXPECT_NE(whole.find("HTTP/1.1 500"), std::string::npos) << whole;
+  EXPECT_NE(whole.find("out of memory"), std::string::npos) << whole;
+  EXPECT_EQ(whole.find(".cc"), std::string::npos) << whole;
+
+  // A step that succeeds makes the server healthy again.
+  const std::string ok =
+      call(served.port, "POST", "/v1/completions", R"({"prompt": [5, 7], "max_tokens": 2})");
+  EXPECT_NE(ok.find("HTTP/1.1 200"), std::string::npos) << ok;
+  EXPECT_NE(call(served.port, "GET", "/health").find("HTTP/1.1 200"), std::string::npos);
+}
+
+// Shutdown aborts what is still running once the grace period is over; each stream still ends
+// with [DONE], and run() returns.
+TEST(OpenAiServerTest, ShutdownEndsOpenStreamsProperly) {
+  Served served;
+  served.model().step_time = milliseconds(20);  // 50 tokens take a second
+  std::string out;
+  std::thread client([&] {
+    out = call(served.port, "POST", "/v1/completions",
+               R"({"prompt": [5, 7], "max_tokens": 50, "ignore_eos": true, "stream": true})");
+  });
+  // Wait until it runs.
+  while (served.engine().metrics_text().find("\npagoda:num_requests_running 1") ==
+         std::string::npos) {
+    std::this_thread::sleep_for(milliseconds(5));
+  }
+  EXPECT_EQ(served.server().shutdown(milliseconds(0)), 1);
+  client.join();
+  EXPECT_NE(out.find("data: [DONE]\n\n"), std::string::npos) << out.substr(0, 400);
+  EXPECT_NE(out.rfind("0\r\n\r\n"), std::string::npos);  // the chunked stream's proper end
+}
+
+}  // namespace
+}  // namespace pagoda
