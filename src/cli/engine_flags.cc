@@ -1,7 +1,11 @@
 #include "cli/engine_flags.h"
 
+#include <filesystem>
+
 #include "cli/prompts.h"
 #include "core/error.h"
+#include "core/files.h"
+#include "model/safetensors.h"
 
 namespace pagoda {
 
@@ -13,6 +17,26 @@ std::string ModelFlags::tokenizer() const {
   return tokenizer_dir.empty() ? model() : tokenizer_dir;
 }
 
+Tokenizer ModelFlags::load_tokenizer() const {
+  Tokenizer loaded = Tokenizer::load(tokenizer());
+  if (chat_template.empty()) return loaded;
+  // As vLLM reads the flag: a file when one exists, else the template itself if it looks like one.
+  if (std::filesystem::is_regular_file(chat_template)) {
+    loaded.set_chat_template(read_text_file(chat_template));
+  } else if (chat_template.find('{') != std::string::npos) {
+    loaded.set_chat_template(chat_template);
+  } else {
+    fail("--chat-template: no file '{}', and it is not a template (it has no '{{')", chat_template);
+  }
+  return loaded;
+}
+
+void add_chat_template_flag(CLI::App& command, ModelFlags& flags) {
+  command.add_option("--chat-template", flags.chat_template,
+                     "Chat template (Jinja) to use instead of the model's: a file, or the template "
+                     "itself");
+}
+
 void add_model_flags(CLI::App& command, ModelFlags& flags) {
   command.add_option("--model", flags.model_dir,
                      "Model directory (default: the embedded models/kjv-gemma4)");
@@ -21,6 +45,8 @@ void add_model_flags(CLI::App& command, ModelFlags& flags) {
 }
 
 void add_engine_flags(CLI::App& command, EngineFlags& flags) {
+  command.add_flag("--check-weights", flags.check_weights,
+                   "Read every weight first and refuse NaN or infinite values, naming the tensors");
   command.add_option("--seed", flags.seed, "Seed of dummy weights and unseeded requests")
       ->capture_default_str();
   command
@@ -77,6 +103,23 @@ CacheConfig engine_cache_config(const EngineFlags& flags, const ModelConfig& tar
   return resolve_cache_config(config, target, engine_device(flags));
 }
 
+namespace {
+
+// Error naming the tensors (the first few) that hold NaN or infinite values.
+void check_weights_finite(const std::string& model_dir) {
+  const std::vector<NonFiniteTensor> bad = find_non_finite(Checkpoint::open(model_dir));
+  if (bad.empty()) return;
+  std::string list;
+  for (size_t i = 0; i < std::min<size_t>(bad.size(), 3); ++i) {
+    list += fmt::format("{}{} ({} values, the first at index {})", i ? ", " : "", bad[i].name,
+                        bad[i].count, bad[i].first);
+  }
+  fail("--check-weights: {} tensor{} of {} hold NaN or infinite values: {}{}", bad.size(),
+       bad.size() == 1 ? "" : "s", model_dir, list, bad.size() > 3 ? ", ..." : "");
+}
+
+}  // namespace
+
 std::unique_ptr<CausalLm> load_model(const ModelConfig& config, const std::string& model_dir,
                                      const EngineFlags& flags) {
   const Device device = engine_device(flags);
@@ -86,6 +129,9 @@ std::unique_ptr<CausalLm> load_model(const ModelConfig& config, const std::strin
                                                              : parse_dtype(flags.weight_dtype),
                                 flags.seed)
           : WeightSource::from_checkpoint(model_dir);
+  if (flags.check_weights && parse_load_format(flags.load_format) != LoadFormat::kDummy) {
+    check_weights_finite(model_dir);
+  }
   weights.set_device(device);
   return build_causal_lm(config, weights);
 }

@@ -9,6 +9,7 @@
 #include "cli/cache_flags.h"
 #include "engine/engine.h"
 #include "model/causal_lm.h"
+#include "tokenizer/tokenizer.h"
 
 namespace pagoda {
 
@@ -17,12 +18,17 @@ namespace pagoda {
 struct ModelFlags {
   std::string model_dir;
   std::string tokenizer_dir;
+  std::string chat_template;  // --chat-template: a file, or the template itself; empty: the model's
 
   std::string model() const;      // Error when no --model is given and the default is missing
   std::string tokenizer() const;  // the same, for the tokenizer
+  // The tokenizer, with --chat-template in place of the model's template when given.
+  Tokenizer load_tokenizer() const;
 };
 
 void add_model_flags(CLI::App& command, ModelFlags& flags);
+// --chat-template, for the commands that render chats.
+void add_chat_template_flag(CLI::App& command, ModelFlags& flags);
 
 struct EngineFlags {
   SchedulerConfig scheduler;
@@ -32,7 +38,8 @@ struct EngineFlags {
   bool enforce_eager = false;           // no CUDA graphs
   std::string load_format = "auto";
   std::string weight_dtype = "auto";
-  uint64_t seed = 0;  // dummy weights and unseeded requests
+  bool check_weights = false;  // refuse a checkpoint with NaN or infinite weights
+  uint64_t seed = 0;           // dummy weights and unseeded requests
   CacheFlags cache;
 };
 

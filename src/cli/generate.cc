@@ -104,7 +104,7 @@ void run_generate(const GenerateOptions& options) {
   const std::string tokenizer_dir = options.paths.tokenizer();
   std::unique_ptr<Tokenizer> tokenizer;
   if (std::filesystem::exists(tokenizer_dir + "/tokenizer.json")) {
-    tokenizer = std::make_unique<Tokenizer>(Tokenizer::load(tokenizer_dir));
+    tokenizer = std::make_unique<Tokenizer>(options.paths.load_tokenizer());
   }
   std::unique_ptr<ChatTemplate> chat;
   const bool wants_chat = std::any_of(prompts.begin(), prompts.end(),
@@ -182,6 +182,7 @@ void add_generate_command(CLI::App& app) {
   auto options = std::make_shared<GenerateOptions>();
   CLI::App* command = app.add_subcommand("generate", "Generate tokens from prompts");
   add_model_flags(*command, options->paths);
+  add_chat_template_flag(*command, options->paths);
   command->add_option("prompt,--prompt", options->prompts,
                       "A prompt as text (needs tokenizer.json); repeat for a batch");
   command->add_option("--prompt-ids", options->prompt_ids,

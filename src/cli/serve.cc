@@ -62,7 +62,7 @@ void run_serve(const ServeOptions& options) {
                options.server.host);
   }
   const std::string model_dir = options.paths.model();
-  const Tokenizer tokenizer = Tokenizer::load(options.paths.tokenizer());
+  const Tokenizer tokenizer = options.paths.load_tokenizer();
   std::unique_ptr<ChatTemplate> chat;
   if (!tokenizer.chat_template().empty()) chat = std::make_unique<ChatTemplate>(tokenizer);
 
@@ -126,6 +126,7 @@ void add_serve_command(CLI::App& app) {
   auto options = std::make_shared<ServeOptions>();
   CLI::App* command = app.add_subcommand("serve", "Serve the OpenAI API over HTTP");
   add_model_flags(*command, options->paths);
+  add_chat_template_flag(*command, options->paths);
   command->add_option("--host", options->server.host, "Address to listen on")
       ->capture_default_str();
   command->add_option("--port", options->server.port, "Port (0: any free port)")

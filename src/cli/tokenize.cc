@@ -23,7 +23,7 @@ struct TokenizeOptions {
 };
 
 void run_tokenize(const TokenizeOptions& options) {
-  const Tokenizer tokenizer = Tokenizer::load(options.paths.tokenizer());
+  const Tokenizer tokenizer = options.paths.load_tokenizer();
   if (!options.ids.empty()) {
     const std::vector<int32_t> ids = parse_id_list(options.ids);
     const std::string text = tokenizer.decode(ids);
@@ -65,6 +65,7 @@ void add_tokenize_command(CLI::App& app) {
   CLI::App* command =
       app.add_subcommand("tokenize", "Show the token ids and pieces of a text (or decode ids)");
   add_model_flags(*command, options->paths);
+  add_chat_template_flag(*command, options->paths);
   command->add_option("text", options->text, "The text to tokenize");
   command->add_option("--ids", options->ids, "Decode these comma-separated ids instead");
   command->add_flag("--chat", options->chat,

@@ -223,4 +223,37 @@ int64_t Checkpoint::total_bytes() const {
   return total;
 }
 
+std::vector<NonFiniteTensor> find_non_finite(const Checkpoint& checkpoint) {
+  std::vector<NonFiniteTensor> found;
+  for (const std::string& name : checkpoint.names()) {
+    const Tensor& tensor = checkpoint.tensor(name);
+    const int64_t n = tensor.numel();
+    // NaN and the infinities are the values whose exponent bits are all ones.
+    const auto scan = [&](const auto* values, auto exponent_all_ones) {
+      NonFiniteTensor bad{.name = name};
+      for (int64_t i = 0; i < n; ++i) {
+        if (exponent_all_ones(values[i]) && bad.count++ == 0) bad.first = i;
+      }
+      if (bad.count > 0) found.push_back(std::move(bad));
+    };
+    switch (tensor.dtype()) {
+      case DType::kF32:
+        scan(reinterpret_cast<const uint32_t*>(tensor.raw_data()),
+             [](uint32_t bits) { return (bits & 0x7F800000u) == 0x7F800000u; });
+        break;
+      case DType::kBF16:
+        scan(reinterpret_cast<const uint16_t*>(tensor.raw_data()),
+             [](uint16_t bits) { return (bits & 0x7F80u) == 0x7F80u; });
+        break;
+      case DType::kF16:
+        scan(reinterpret_cast<const uint16_t*>(tensor.raw_data()),
+             [](uint16_t bits) { return (bits & 0x7C00u) == 0x7C00u; });
+        break;
+      default:
+        break;  // integer tensors hold no NaN
+    }
+  }
+  return found;
+}
+
 }  // namespace pagoda

@@ -64,6 +64,15 @@ class Checkpoint {
   std::map<std::string, Stored> tensors_;
 };
 
+// A checkpoint tensor holding NaN or infinite values: how many, and the first one's flat index.
+struct NonFiniteTensor {
+  std::string name;
+  int64_t count = 0;
+  int64_t first = 0;
+};
+// Every floating-point tensor of `checkpoint` with NaN or infinite values, in name order.
+std::vector<NonFiniteTensor> find_non_finite(const Checkpoint& checkpoint);
+
 // Parses a safetensors dtype string ("F32", "BF16", "I64", ...). Throws Error for types pagoda
 // does not load (F64, I8, BOOL, F8_E4M3, ...), naming the type.
 DType parse_safetensors_dtype(const std::string& name);

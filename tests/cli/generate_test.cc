@@ -218,6 +218,34 @@ TEST(GenerateCliTest, DefaultModelNeedsNoFlags) {
   EXPECT_EQ(plain.out, result["text"].get<std::string>() + "\n");
 }
 
+// The embedded model's chat template renders a chat as the plain text it continues; and
+// --chat-template replaces a model's template with a file or the template itself.
+TEST(GenerateCliTest, TheEmbeddedModelChatsAndTheTemplateCanBeReplaced) {
+  const Tokenizer tokenizer =
+      Tokenizer::load(std::string(PAGODA_SOURCE_DIR) + "/models/kjv-gemma4");
+  const CliRun chat = run_pagoda("generate --chat 'And God said' --max-tokens 4 --json");
+  ASSERT_EQ(chat.exit_code, 0) << chat.err;
+  EXPECT_EQ(nlohmann::json::parse(chat.out)["prompt_token_ids"].get<std::vector<int32_t>>(),
+            tokenizer.encode("And God said"));
+
+  const std::string file = ::testing::TempDir() + "pagoda_template_" + std::to_string(::getpid());
+  std::ofstream(file) << "{{ bos_token }}Thus: {{ messages[0]['content'] }}";
+  for (const std::string& given :
+       {file, std::string("'{{ bos_token }}Thus: {{ messages[0][\"content\"] }}'")}) {
+    const CliRun replaced =
+        run_pagoda("generate --chat 'And God said' --max-tokens 4 --json --chat-template " + given);
+    ASSERT_EQ(replaced.exit_code, 0) << replaced.err;
+    EXPECT_EQ(nlohmann::json::parse(replaced.out)["prompt_token_ids"].get<std::vector<int32_t>>(),
+              tokenizer.encode("Thus: And God said"))
+        << given;
+  }
+  std::remove(file.c_str());
+  const CliRun missing = run_pagoda("generate --chat hi --chat-template /no/such/file");
+  EXPECT_EQ(missing.exit_code, 1);
+  EXPECT_NE(missing.err.find("--chat-template: no file '/no/such/file'"), std::string::npos)
+      << missing.err;
+}
+
 TEST(TokenizeCliTest, ShowsIdsAndPiecesOrDecodes) {
   const std::string model = std::string(PAGODA_SOURCE_DIR) + "/tests/fixtures/byte-tokenizer";
   const CliRun run = run_pagoda("tokenize --model " + model + " 'a b' --json");
@@ -248,6 +276,54 @@ TEST(GenerateCliTest, DummyWeightsNeedNoCheckpoint) {
                            " --prompt-ids 1,2,3 --max-tokens 3 --ignore-eos";
   EXPECT_EQ(std::system((base + " --load-format dummy >/dev/null 2>&1").c_str()), 0);
   EXPECT_NE(std::system((base + " >/dev/null 2>&1").c_str()), 0);  // no checkpoint there
+  std::system(("rm -rf " + dir).c_str());
+}
+
+// A checkpoint with one NaN weight runs unless --check-weights asks for every weight to be read
+// first; then it is refused, naming the tensor.
+TEST(GenerateCliTest, CheckWeightsRefusesNaN) {
+  const std::string fixture = std::string(PAGODA_SOURCE_DIR) + "/tests/fixtures/llama-tiny";
+  const std::string dir = ::testing::TempDir() + "pagoda_nan_" + std::to_string(::getpid());
+  std::system(("rm -rf " + dir + " && cp -r " + fixture + " " + dir).c_str());
+  // The first tensor's first value becomes a NaN of its dtype.
+  std::fstream file(dir + "/model.safetensors", std::ios::in | std::ios::out | std::ios::binary);
+  uint64_t header_size = 0;
+  file.read(reinterpret_cast<char*>(&header_size), 8);
+  std::string header(header_size, '\0');
+  file.read(header.data(), static_cast<std::streamsize>(header_size));
+  const nlohmann::json entries = nlohmann::json::parse(header);
+  std::string name;
+  for (const auto& [key, entry] : entries.items()) {
+    if (key != "__metadata__") {
+      name = key;
+      break;
+    }
+  }
+  const nlohmann::json& entry = entries[name];
+  const std::string dtype = entry["dtype"];
+  file.seekp(
+      static_cast<std::streamoff>(8 + header_size + entry["data_offsets"][0].get<uint64_t>()));
+  if (dtype == "F32") {
+    const uint32_t nan = 0x7FC00000u;
+    file.write(reinterpret_cast<const char*>(&nan), 4);
+  } else {
+    const uint16_t nan = dtype == "BF16" ? 0x7FC0u : 0x7E00u;
+    file.write(reinterpret_cast<const char*>(&nan), 2);
+  }
+  file.close();
+
+  const std::string base = "generate --model " + dir + " --prompt-ids 1,2,3 --max-tokens 2";
+  EXPECT_EQ(run_pagoda(base).exit_code, 0);
+  const CliRun checked = run_pagoda(base + " --check-weights");
+  EXPECT_EQ(checked.exit_code, 1) << checked.err;
+  EXPECT_NE(checked.err.find("hold NaN or infinite values: " + name +
+                             " (1 values, the first at index 0)"),
+            std::string::npos)
+      << checked.err;
+  EXPECT_EQ(run_pagoda("generate --model " + fixture +
+                       " --prompt-ids 1,2,3 --max-tokens 2 --check-weights")
+                .exit_code,
+            0);
   std::system(("rm -rf " + dir).c_str());
 }
 
