@@ -29,6 +29,10 @@ int main(int argc, char** argv) {
   } catch (const pagoda::InternalError& error) {
     fmt::print(stderr, "{}\n", error.what());
     return 2;
+  } catch (const std::exception& error) {
+    // Whatever escaped the checks above is still a message and an exit status, never an abort.
+    fmt::print(stderr, "internal error: {}\n", error.what());
+    return 2;
   }
   return 0;
 }

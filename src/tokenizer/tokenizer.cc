@@ -110,7 +110,11 @@ Tokenizer Tokenizer::load(const std::string& dir) {
   return tokenizer;
 }
 
-Tokenizer::Tokenizer(const nlohmann::json& tokenizer_json, const nlohmann::json& config)
+// Token ids index a table; the largest real vocabularies hold about 262k tokens.
+constexpr int64_t kMaxTokenId = int64_t{1} << 22;
+
+// A field of the wrong type or a missing one, deep in the file, is an Error naming the file.
+Tokenizer::Tokenizer(const nlohmann::json& tokenizer_json, const nlohmann::json& config) try
     : config_(config.is_object() ? config : nlohmann::json::object()) {
   if (!tokenizer_json.is_object() || !tokenizer_json.contains("model")) {
     fail("tokenizer.json has no model");
@@ -120,7 +124,9 @@ Tokenizer::Tokenizer(const nlohmann::json& tokenizer_json, const nlohmann::json&
   pre_tokenizer_ = make_pre_tokenizer(tokenizer_json.value("pre_tokenizer", nlohmann::json()));
 
   for (const auto& [token, id] : model_->vocab()) {
-    if (id < 0) fail("tokenizer.json: token '{}' has negative id {}", token, id);
+    if (id < 0 || id >= kMaxTokenId) {
+      fail("tokenizer.json: token '{}' has id {}, outside 0..{}", token, id, kMaxTokenId - 1);
+    }
     if (static_cast<size_t>(id) >= tokens_.size()) tokens_.resize(id + 1);
     tokens_[id] = token;
   }
@@ -132,7 +138,10 @@ Tokenizer::Tokenizer(const nlohmann::json& tokenizer_json, const nlohmann::json&
                      .lstrip = entry.value("lstrip", false),
                      .rstrip = entry.value("rstrip", false),
                      .special = entry.value("special", false)};
-    if (token.id < 0) fail("tokenizer.json: added token '{}' has negative id", token.content);
+    if (token.id < 0 || token.id >= kMaxTokenId) {
+      fail("tokenizer.json: added token '{}' has id {}, outside 0..{}", token.content, token.id,
+           kMaxTokenId - 1);
+    }
     const int32_t index = static_cast<int32_t>(added_.size());
     if (entry.value("normalized", false) && normalizer_) {
       normalized_matcher_.add(normalizer_(token.content), index);
@@ -167,6 +176,8 @@ Tokenizer::Tokenizer(const nlohmann::json& tokenizer_json, const nlohmann::json&
   clean_up_spaces_ = config_.value("clean_up_tokenization_spaces", true);
   remove_space_ = config_.value("remove_space", false);
   lowercase_and_remove_accent_ = config_.value("do_lowercase_and_remove_accent", false);
+} catch (const nlohmann::json::exception& error) {
+  fail("tokenizer.json or tokenizer_config.json: {}", describe_json_error(error));
 }
 
 void Tokenizer::strip_around_added(std::vector<std::pair<std::string, int32_t>>& pieces) const {

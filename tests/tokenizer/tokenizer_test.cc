@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include <functional>
+
 #include "core/error.h"
 #include "tokenizer/regex.h"
 
@@ -135,6 +137,36 @@ TEST(TokenizerTest, UnsupportedComponentsAreNamed) {
   bad_merge["model"]["merges"].push_back("x y");
   EXPECT_THROW(Tokenizer(bad_merge, Json::object()), Error);
   EXPECT_THROW(Tokenizer::load("/nonexistent"), Error);
+}
+
+// Found by the tokenizer.json fuzzer: a component without its "type" escaped as a JSON library
+// exception and aborted the process; a huge id sized a table to match.
+TEST(TokenizerTest, MalformedFilesAreErrorsNotAborts) {
+  auto error_of = [](const std::function<void(Json&)>& change) {
+    Json json = byte_level_tokenizer();
+    change(json);
+    try {
+      Tokenizer tokenizer(json, Json::object());
+    } catch (const Error& error) {
+      return std::string(error.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(error_of([](Json& json) {
+              json["pre_tokenizer"] = {{"add_prefix_space", true}};
+            }).find("tokenizer.json"),
+            std::string::npos);
+  EXPECT_NE(
+      error_of([](Json& json) { json["added_tokens"][0]["id"] = "seven"; }).find("tokenizer.json"),
+      std::string::npos);
+  EXPECT_NE(error_of([](Json& json) {
+              json["model"]["vocab"]["far"] = 2000000000;
+            }).find("id 2000000000, outside"),
+            std::string::npos);
+  EXPECT_NE(error_of([](Json& json) {
+              json["added_tokens"][0]["id"] = 2000000000;
+            }).find("id 2000000000, outside"),
+            std::string::npos);
 }
 
 }  // namespace
