@@ -422,7 +422,8 @@ class Session : public std::enable_shared_from_this<Session> {
   tcp::socket socket_;
   asio::steady_timer timer_;
   uint64_t timer_generation_ = 0;
-  beast::flat_buffer buffer_;
+  // Bytes received and not yet parsed, bounded.
+  beast::flat_buffer buffer_{unparsed_limit(server_->limits)};
   std::optional<beast::http::request_parser<beast::http::string_body>> parser_;
 
   uint64_t exchange_id_ = 0;

@@ -45,7 +45,7 @@ std::optional<Refusal> refuse_read_error(const boost::system::error_code& code,
   if (code == error::body_limit) {
     return Refusal{413, fmt::format("the request body is over {} bytes", limits.max_body_bytes)};
   }
-  if (code == error::header_limit) {
+  if (code == error::header_limit || code == error::buffer_overflow) {
     return Refusal{431,
                    fmt::format("the request headers are over {} bytes", limits.max_header_bytes)};
   }

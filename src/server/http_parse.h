@@ -19,6 +19,11 @@ struct Refusal {
   std::string message;
 };
 
+// The most bytes received and not yet parsed a connection holds: the header limit and room for
+// the reads in flight. A line that never ends (a chunk header's endless extension) cannot pass it.
+inline size_t unparsed_limit(const Limits& limits) {
+  return limits.max_header_bytes + (64 << 10);
+}
 // Bounds the parser's header and body (chunked bodies included) by `limits`.
 void limit_parser(RequestParser& parser, const Limits& limits);
 // Why a request whose head has been read is refused: a content encoding other than identity

@@ -251,7 +251,7 @@ class Interpreter {
         value = args.positional[i];
       } else {
         auto it = std::find_if(keyword.begin(), keyword.end(),
-                               [&](const auto& member) { return member.first == name; });
+                               [&name = name](const auto& member) { return member.first == name; });
         if (it != keyword.end()) {
           value = std::move(it->second);
           keyword.erase(it);
