@@ -32,6 +32,10 @@ std::string describe_json_error(const nlohmann::json::exception& error) {
   return text;
 }
 
+void json_integer_error(const std::string& shown, int64_t min, int64_t max, std::string_view what) {
+  fail("{}: {} is not an integer in {}..{}", what, shown, min, max);
+}
+
 void check_json_depth(std::string_view text, std::string_view what) {
   int depth = 0;
   bool in_string = false;

@@ -24,4 +24,20 @@ void check_json_depth(std::string_view text, std::string_view what);
 // cut short: the parser quotes the input it stopped at.
 std::string describe_json_error(const nlohmann::json::exception& error);
 
+[[noreturn]] void json_integer_error(const std::string& shown, int64_t min, int64_t max,
+                                     std::string_view what);
+// `value` as an integer in [min, max]; Error naming `what` when it is not an integer (a float
+// such as 2e22 included, whose conversion would be undefined) or lies outside the range.
+template <typename Json>
+int64_t json_integer(const Json& value, int64_t min, int64_t max, std::string_view what) {
+  const bool fits = value.is_number_integer() &&
+                    !(value.is_number_unsigned() &&
+                      value.template get<uint64_t>() > static_cast<uint64_t>(INT64_MAX));
+  if (!fits || value.template get<int64_t>() < min || value.template get<int64_t>() > max) {
+    json_integer_error(value.is_primitive() ? value.dump().substr(0, 40) : value.type_name(), min,
+                       max, what);
+  }
+  return value.template get<int64_t>();
+}
+
 }  // namespace pagoda

@@ -258,10 +258,7 @@ OpenAiServer::OpenAiServer(EngineService& engine, const Tokenizer& tokenizer,
                }
                std::vector<int32_t> ids;
                for (const Json& id : body["tokens"]) {
-                 if (!id.is_number_integer()) {
-                   throw ApiError(400, "'tokens' must hold integers", "tokens");
-                 }
-                 ids.push_back(id.get<int32_t>());
+                 ids.push_back(static_cast<int32_t>(json_integer(id, 0, INT32_MAX, "'tokens'")));
                }
                exchange.respond(json_response({{"prompt", tokenizer_.decode(ids)}}));
              }));

@@ -3,6 +3,7 @@
 #include <queue>
 
 #include "core/error.h"
+#include "core/files.h"
 #include "tokenizer/unicode.h"
 
 namespace pagoda {
@@ -32,7 +33,8 @@ BpeModel::BpeModel(const nlohmann::json& config) {
   const std::string type = config.value("type", std::string("BPE"));
   if (type != "BPE") fail("tokenizer.json: model type '{}' is not supported (BPE only)", type);
   for (const auto& [token, id] : config.at("vocab").items()) {
-    vocab_[token] = id.get<int32_t>();
+    vocab_[token] = static_cast<int32_t>(
+        json_integer(id, 0, kMaxTokenId - 1, "tokenizer.json: the id of token '" + token + "'"));
   }
   const nlohmann::json& merges = config.at("merges");
   for (size_t rank = 0; rank < merges.size(); ++rank) {

@@ -14,6 +14,10 @@
 
 namespace pagoda {
 
+// Token ids index tables; the largest real vocabularies hold about 262k tokens, and an id beyond
+// this bound is refused rather than sizing a table to match.
+inline constexpr int64_t kMaxTokenId = int64_t{1} << 22;
+
 // The byte a byte-fallback token such as "<0xE4>" stands for, or -1 for any other token.
 int parse_byte_token(std::string_view token);
 

@@ -110,9 +110,6 @@ Tokenizer Tokenizer::load(const std::string& dir) {
   return tokenizer;
 }
 
-// Token ids index a table; the largest real vocabularies hold about 262k tokens.
-constexpr int64_t kMaxTokenId = int64_t{1} << 22;
-
 // A field of the wrong type or a missing one, deep in the file, is an Error naming the file.
 Tokenizer::Tokenizer(const nlohmann::json& tokenizer_json, const nlohmann::json& config) try
     : config_(config.is_object() ? config : nlohmann::json::object()) {
@@ -124,24 +121,19 @@ Tokenizer::Tokenizer(const nlohmann::json& tokenizer_json, const nlohmann::json&
   pre_tokenizer_ = make_pre_tokenizer(tokenizer_json.value("pre_tokenizer", nlohmann::json()));
 
   for (const auto& [token, id] : model_->vocab()) {
-    if (id < 0 || id >= kMaxTokenId) {
-      fail("tokenizer.json: token '{}' has id {}, outside 0..{}", token, id, kMaxTokenId - 1);
-    }
     if (static_cast<size_t>(id) >= tokens_.size()) tokens_.resize(id + 1);
     tokens_[id] = token;
   }
   std::unordered_set<std::string> added_contents;
   for (const nlohmann::json& entry :
        tokenizer_json.value("added_tokens", nlohmann::json::array())) {
-    AddedToken token{.content = entry.at("content").get<std::string>(),
-                     .id = entry.at("id").get<int32_t>(),
-                     .lstrip = entry.value("lstrip", false),
-                     .rstrip = entry.value("rstrip", false),
-                     .special = entry.value("special", false)};
-    if (token.id < 0 || token.id >= kMaxTokenId) {
-      fail("tokenizer.json: added token '{}' has id {}, outside 0..{}", token.content, token.id,
-           kMaxTokenId - 1);
-    }
+    AddedToken token{
+        .content = entry.at("content").get<std::string>(),
+        .id = static_cast<int32_t>(json_integer(entry.at("id"), 0, kMaxTokenId - 1,
+                                                "tokenizer.json: an added token's id")),
+        .lstrip = entry.value("lstrip", false),
+        .rstrip = entry.value("rstrip", false),
+        .special = entry.value("special", false)};
     const int32_t index = static_cast<int32_t>(added_.size());
     if (entry.value("normalized", false) && normalizer_) {
       normalized_matcher_.add(normalizer_(token.content), index);

@@ -118,6 +118,8 @@ function bad_requests(ctx) {
     { name: "/detokenize of a string", path: "/detokenize", body: { tokens: "abc" }, expect: 400 },
     { name: "/detokenize of an id outside the vocabulary", path: "/detokenize",
       body: { tokens: [999] }, expect: 400 },
+    { name: "/detokenize of an id beyond 32 bits (it once wrapped to a valid id)",
+      path: "/detokenize", body: '{"tokens": [4294967393]}', expect: 400 },
   ];
 }
 

@@ -140,7 +140,8 @@ TEST(TokenizerTest, UnsupportedComponentsAreNamed) {
 }
 
 // Found by the tokenizer.json fuzzer: a component without its "type" escaped as a JSON library
-// exception and aborted the process; a huge id sized a table to match.
+// exception and aborted the process; a huge id sized a table to match; a float id was converted
+// to an int.
 TEST(TokenizerTest, MalformedFilesAreErrorsNotAborts) {
   auto error_of = [](const std::function<void(Json&)>& change) {
     Json json = byte_level_tokenizer();
@@ -159,14 +160,15 @@ TEST(TokenizerTest, MalformedFilesAreErrorsNotAborts) {
   EXPECT_NE(
       error_of([](Json& json) { json["added_tokens"][0]["id"] = "seven"; }).find("tokenizer.json"),
       std::string::npos);
-  EXPECT_NE(error_of([](Json& json) {
-              json["model"]["vocab"]["far"] = 2000000000;
-            }).find("id 2000000000, outside"),
-            std::string::npos);
-  EXPECT_NE(error_of([](Json& json) {
-              json["added_tokens"][0]["id"] = 2000000000;
-            }).find("id 2000000000, outside"),
-            std::string::npos);
+  const auto far_id = [](Json& json) { json["model"]["vocab"]["far"] = 2000000000; };
+  EXPECT_NE(
+      error_of(far_id).find("the id of token 'far': 2000000000 is not an integer in 0..4194303"),
+      std::string::npos);
+  const auto far_added = [](Json& json) { json["added_tokens"][0]["id"] = 2000000000; };
+  EXPECT_NE(error_of(far_added).find("2000000000 is not an integer in 0.."), std::string::npos);
+  // A float id: converting 2e22 to an int is undefined behaviour (UBSan found it).
+  const auto float_id = [](Json& json) { json["model"]["vocab"]["far"] = 2e22; };
+  EXPECT_NE(error_of(float_id).find("is not an integer in 0.."), std::string::npos);
 }
 
 }  // namespace
