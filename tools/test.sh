@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The full test suite: install dependencies (Debian packages; the JavaScript peers with npm), then
 # build and run every test twice — a normal build and one under AddressSanitizer +
-# UndefinedBehaviorSanitizer. CUDA sources compile whenever nvcc is present (CUDA tests skip
-# themselves without a GPU).
+# UndefinedBehaviorSanitizer — and run each libFuzzer target briefly from its seed corpus. CUDA
+# sources compile whenever nvcc is present (CUDA tests skip themselves without a GPU).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source tools/install_deps.sh
@@ -24,3 +24,6 @@ pagoda_build build/asan -DPAGODA_BUILD_TESTS=ON -DPAGODA_SANITIZE=ON -DPAGODA_CU
   -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1"
 ASAN_OPTIONS=protect_shadow_gap=0:detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
   ctest --test-dir build/asan --output-on-failure --no-tests=error -j "$(nproc)"
+
+echo "== fuzzers (clang, ASan + UBSan), 20 s each"
+bash tools/fuzz.sh --seconds 20
