@@ -27,6 +27,11 @@ std::string RequestHandle::error() const {
   return error_;
 }
 
+void RequestHandle::clear_notify() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  notify_ = nullptr;
+}
+
 void RequestHandle::push(RequestDelta delta, std::string error) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (!error.empty()) error_ = std::move(error);

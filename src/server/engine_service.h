@@ -28,6 +28,8 @@ class RequestHandle {
   std::vector<RequestDelta> wait(std::chrono::milliseconds timeout);
   // Set when the engine failed while running the request (the last delta then says error).
   std::string error() const;
+  // No more notifications: once it returns, none is running or will run.
+  void clear_notify();
 
  private:
   friend class EngineService;

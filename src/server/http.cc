@@ -576,7 +576,7 @@ void Server::run() {
 
 void Server::drain() {
   if (state_->draining.exchange(true)) return;
-  asio::post(state_->io, [state = state_] {
+  asio::post(state_->io, [state = state_.get()] {
     ErrorCode ignored;
     state->acceptor.close(ignored);
   });
@@ -593,7 +593,7 @@ void Server::stop() {
   });
   // The closes run first; then every thread leaves run(), whatever is still queued.
   auto timer = std::make_shared<asio::steady_timer>(state_->io, std::chrono::milliseconds(100));
-  timer->async_wait([state = state_, timer](ErrorCode) { state->io.stop(); });
+  timer->async_wait([state = state_.get(), timer](ErrorCode) { state->io.stop(); });
 }
 
 int64_t Server::open_connections() const {

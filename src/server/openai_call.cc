@@ -88,6 +88,12 @@ class OpenAiCall::State {
     return true;
   }
 
+  void stop_notifications() {
+    for (const auto& choice : choices_) {
+      if (choice->handle) choice->handle->clear_notify();
+    }
+  }
+
   void abort_unfinished() {
     for (const auto& choice : choices_) {
       if (choice->finish_reason.empty() && choice->handle) {
@@ -347,6 +353,10 @@ bool OpenAiCall::finished() const {
 
 void OpenAiCall::abort_unfinished() {
   state_->abort_unfinished();
+}
+
+void OpenAiCall::stop_notifications() {
+  state_->stop_notifications();
 }
 
 std::vector<Json> OpenAiCall::poll(milliseconds timeout) {

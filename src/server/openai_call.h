@@ -29,6 +29,8 @@ class OpenAiCall {
   bool finished() const;
   // Aborts every choice still running (the client went away, or a stop string was seen).
   void abort_unfinished();
+  // Stops the engine's notifications (what submit() was given); none runs once it returns.
+  void stop_notifications();
   // Waits for news (up to `timeout` when there is none) and returns one streaming chunk per choice
   // that moved.
   std::vector<nlohmann::ordered_json> poll(std::chrono::milliseconds timeout);

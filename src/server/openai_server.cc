@@ -141,6 +141,9 @@ class OpenAiServer::Call : public std::enable_shared_from_this<Call> {
     pump();
   }
 
+  // The engine thread no longer posts for this call (the server is going away).
+  void stop_notifications() { call_.stop_notifications(); }
+
   // Ends the call now: its unfinished choices are aborted and the answer goes out. Any thread.
   void abort() {
     exchange_->post([self = weak_from_this()] {
@@ -278,6 +281,10 @@ OpenAiServer::OpenAiServer(EngineService& engine, const Tokenizer& tokenizer,
 
 OpenAiServer::~OpenAiServer() {
   http_->stop();
+  // The engine outlives the server and may still deliver to calls whose connections are about to
+  // be destroyed with the I/O context: stop its notifications first. run() has returned by now.
+  for (const auto& call : calls_in_flight())
+    call->stop_notifications();
 }
 
 int OpenAiServer::bind() {
