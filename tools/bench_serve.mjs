@@ -2,9 +2,9 @@
 // benchmark: streams completions of random prompts and prints throughput and latency tables.
 //   node tools/bench_serve.mjs --base-url http://127.0.0.1:PORT/v1 [--api-key KEY] [--model NAME]
 //       [--num-prompts N] [--concurrency C] [--request-rate R] [--input-len I] [--output-len O]
-//       [--seed S]
+//       [--seed S] [--token-ids V]
 // Prompts are random lowercase words, I bytes each: I tokens with a byte-level tokenizer, fewer
-// with a subword one. Each request asks for exactly O tokens (ignore_eos); the token counts in the
+// with a subword one; with --token-ids V, I random token ids below V. Each request asks for exactly O tokens (ignore_eos); the token counts in the
 // table are the server's own usage counts. Requests arrive as a Poisson process of R per second
 // (default: all at once), and at most C are in flight (default: no limit).
 // TTFT: time to the first streamed chunk. ITL: time between chunks. TPOT: (E2E - TTFT) per output
@@ -16,7 +16,7 @@ import { sse_data } from "./peers/sse.mjs";
 const kUsage =
   "usage: node tools/bench_serve.mjs --base-url URL [--api-key KEY] [--model NAME] " +
   "[--num-prompts N] [--concurrency C] [--request-rate R] [--input-len I] [--output-len O] " +
-  "[--seed S]";
+  "[--seed S] [--token-ids V]";
 
 function parse_options() {
   const { values } = parseArgs({
@@ -30,6 +30,7 @@ function parse_options() {
       "input-len": { type: "string", default: "128" },
       "output-len": { type: "string", default: "64" },
       seed: { type: "string", default: "0" },
+      "token-ids": { type: "string" },
     },
   });
   if (!values["base-url"]) throw new Error(kUsage);
@@ -43,6 +44,9 @@ function parse_options() {
     input_len: count_option(values, "input-len", 1),
     output_len: count_option(values, "output-len", 1),
     seed: count_option(values, "seed", 0),
+    // Prompts as I random token ids below this bound instead of text: exactly I prompt tokens
+    // whatever the tokenizer.
+    token_ids: values["token-ids"] ? count_option(values, "token-ids", 2) : 0,
   };
 }
 
@@ -70,6 +74,10 @@ function make_random(seed) {
     state ^= state << 5;
     return (state >>> 0) / 2 ** 32;
   };
+}
+
+function random_ids(random, length, bound) {
+  return Array.from({ length }, () => 1 + Math.floor(random() * (bound - 1)));
 }
 
 function random_prompt(random, length) {
@@ -231,7 +239,8 @@ async function main() {
   if (probe.error) throw new Error(`the first request failed: ${probe.error}`);
   const random = make_random(options.seed);
   const prompts = Array.from({ length: options.num_prompts }, () => {
-    return random_prompt(random, options.input_len);
+    return options.token_ids ? random_ids(random, options.input_len, options.token_ids)
+                             : random_prompt(random, options.input_len);
   });
   const start = performance.now();
   const results = await run_load(options, prompts, random);
