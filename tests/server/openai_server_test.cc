@@ -1,10 +1,13 @@
 #include "server/openai_server.h"
 
 #include <gtest/gtest.h>
+#include <spdlog/sinks/ostream_sink.h>
+#include <spdlog/spdlog.h>
 
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/read.hpp>
 #include <boost/asio/write.hpp>
+#include <sstream>
 #include <thread>
 
 #include "server/service_fixtures.h"
@@ -90,6 +93,29 @@ TEST(OpenAiServerTest, AFailedStreamEndsWithAnErrorEventAndHealthSaysSo) {
       call(served.port, "POST", "/v1/completions", R"({"prompt": [5, 7], "max_tokens": 2})");
   EXPECT_NE(ok.find("HTTP/1.1 200"), std::string::npos) << ok;
   EXPECT_NE(call(served.port, "GET", "/health").find("HTTP/1.1 200"), std::string::npos);
+}
+
+// One access-log line per request: method, route, status, latency and token counts, and never the
+// prompt's text.
+TEST(OpenAiServerTest, LogsOneLinePerRequestWithoutThePrompt) {
+  std::ostringstream lines;
+  auto logger = std::make_shared<spdlog::logger>(
+      "test", std::make_shared<spdlog::sinks::ostream_sink_mt>(lines));
+  logger->set_pattern("%l %v");
+  const auto previous = spdlog::default_logger();
+  spdlog::set_default_logger(logger);
+  {
+    Served served;
+    call(served.port, "POST", "/v1/completions",
+         R"({"prompt": "secret words", "max_tokens": 3, "ignore_eos": true})");
+    call(served.port, "GET", "/nowhere");
+  }
+  spdlog::set_default_logger(previous);
+  const std::string log = lines.str();
+  EXPECT_NE(log.find("info POST /v1/completions 200 "), std::string::npos) << log;
+  EXPECT_NE(log.find(" ms prompt_tokens=12 completion_tokens=3\n"), std::string::npos) << log;
+  EXPECT_NE(log.find("info GET /nowhere 404 "), std::string::npos) << log;
+  EXPECT_EQ(log.find("secret"), std::string::npos) << log;
 }
 
 // Shutdown aborts what is still running once the grace period is over; each stream still ends
