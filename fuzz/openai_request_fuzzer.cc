@@ -1,5 +1,5 @@
-// The OpenAI request parser for completions and chat (the first byte picks), with the embedded
-// model's tokenizer and a chat template, and the /detokenize route's id handling.
+// The OpenAI request parsers, for completions, chat, /tokenize and /detokenize (the first byte
+// picks), with the embedded model's tokenizer and a chat template.
 #include <nlohmann/json.hpp>
 
 #include "fuzz/fuzz_util.h"
@@ -27,11 +27,20 @@ struct Served {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static const Served served;
   if (size == 0) return 0;
-  const Endpoint endpoint = data[0] % 2 ? Endpoint::kChatCompletions : Endpoint::kCompletions;
+  const int route = data[0] % 4;
   const std::string body(fuzz::as_text(data + 1, size - 1));
   fuzz::expect_clean_errors([&] {
     const auto json = fuzz::parse_json<nlohmann::ordered_json>(body, "the body");
     if (!json) return;
+    if (route == 2) {
+      (void)parse_tokenize_request(*json, served.tokenizer, served.chat.get());
+      return;
+    }
+    if (route == 3) {
+      (void)served.tokenizer.decode(parse_detokenize_request(*json));
+      return;
+    }
+    const Endpoint endpoint = route == 1 ? Endpoint::kChatCompletions : Endpoint::kCompletions;
     const OpenAiRequest request =
         parse_openai_request(*json, endpoint, served.tokenizer, served.chat.get(), served.limits);
     for (const auto& prompt : request.prompts) {

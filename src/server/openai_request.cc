@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "core/files.h"
 
 namespace pagoda {
 namespace {
@@ -189,6 +190,39 @@ OpenAiRequest parse_openai_request(const Json& body, Endpoint endpoint, const To
   } catch (const FieldError& error) {
     bad(error.field, error.what());
   }
+}
+
+std::vector<int32_t> parse_tokenize_request(const Json& body, const Tokenizer& tokenizer,
+                                            const ChatTemplate* chat) {
+  if (!body.is_object()) throw ApiError(400, "the request body must be a JSON object");
+  if (body.contains("messages")) {
+    if (chat == nullptr) throw ApiError(400, "this model has no chat template", "messages");
+    return chat->encode(body["messages"]);
+  }
+  if (!body.contains("prompt") || !body["prompt"].is_string()) {
+    throw ApiError(400, "give 'prompt' (a string) or 'messages'", "prompt");
+  }
+  const Json special = body.value("add_special_tokens", Json(true));
+  if (!special.is_boolean()) {
+    throw ApiError(400, "'add_special_tokens' must be true or false", "add_special_tokens");
+  }
+  return tokenizer.encode(body["prompt"].get<std::string>(),
+                          {.add_special_tokens = special.get<bool>()});
+}
+
+std::vector<int32_t> parse_detokenize_request(const Json& body) {
+  if (!body.is_object() || !body.contains("tokens") || !body["tokens"].is_array()) {
+    throw ApiError(400, "give 'tokens', a list of token ids", "tokens");
+  }
+  std::vector<int32_t> ids;
+  for (const Json& id : body["tokens"]) {
+    try {
+      ids.push_back(static_cast<int32_t>(json_integer(id, 0, INT32_MAX, "'tokens'")));
+    } catch (const Error& error) {
+      throw ApiError(400, error.what(), "tokens");
+    }
+  }
+  return ids;
 }
 
 }  // namespace pagoda

@@ -58,4 +58,12 @@ OpenAiRequest parse_openai_request(const nlohmann::ordered_json& body, Endpoint 
                                    const Tokenizer& tokenizer, const ChatTemplate* chat,
                                    const RequestLimits& limits);
 
+// The /tokenize body, {"prompt": TEXT, "add_special_tokens": BOOL} or {"messages": [...]} (through
+// the chat template, which may be null), as token ids.
+std::vector<int32_t> parse_tokenize_request(const nlohmann::ordered_json& body,
+                                            const Tokenizer& tokenizer, const ChatTemplate* chat);
+// The /detokenize body, {"tokens": [ID, ...]}: the ids, each an integer from 0 (the tokenizer
+// checks them against its vocabulary).
+std::vector<int32_t> parse_detokenize_request(const nlohmann::ordered_json& body);
+
 }  // namespace pagoda

@@ -236,33 +236,14 @@ OpenAiServer::OpenAiServer(EngineService& engine, const Tokenizer& tokenizer,
   });
   http.route(
       "POST", "/tokenize", guarded([this](http::Exchange& exchange) {
-        const Json body = parse_body(exchange.request());
-        if (!body.is_object()) throw ApiError(400, "the request body must be a JSON object");
-        std::vector<int32_t> ids;
-        if (body.contains("messages")) {
-          if (chat_ == nullptr) {
-            throw ApiError(400, "this model has no chat template", "messages");
-          }
-          ids = chat_->encode(body["messages"]);
-        } else if (body.contains("prompt") && body["prompt"].is_string()) {
-          const bool special = body.value("add_special_tokens", true);
-          ids =
-              tokenizer_.encode(body["prompt"].get<std::string>(), {.add_special_tokens = special});
-        } else {
-          throw ApiError(400, "give 'prompt' (a string) or 'messages'", "prompt");
-        }
+        const std::vector<int32_t> ids =
+            parse_tokenize_request(parse_body(exchange.request()), tokenizer_, chat_);
         exchange.respond(json_response(
             {{"tokens", ids}, {"count", ids.size()}, {"max_model_len", limits_.max_model_len}}));
       }));
   http.route("POST", "/detokenize", guarded([this](http::Exchange& exchange) {
-               const Json body = parse_body(exchange.request());
-               if (!body.is_object() || !body.contains("tokens") || !body["tokens"].is_array()) {
-                 throw ApiError(400, "give 'tokens', a list of token ids", "tokens");
-               }
-               std::vector<int32_t> ids;
-               for (const Json& id : body["tokens"]) {
-                 ids.push_back(static_cast<int32_t>(json_integer(id, 0, INT32_MAX, "'tokens'")));
-               }
+               const std::vector<int32_t> ids =
+                   parse_detokenize_request(parse_body(exchange.request()));
                exchange.respond(json_response({{"prompt", tokenizer_.decode(ids)}}));
              }));
 

@@ -115,6 +115,8 @@ function bad_requests(ctx) {
     { name: "POST on a GET route", path: "/v1/models", body: {}, expect: "4xx" },
     { name: "an unknown route", method: "GET", path: "/v1/no-such-route", expect: 404 },
     { name: "/tokenize without prompt or messages", path: "/tokenize", body: {}, expect: 400 },
+    { name: "/tokenize with add_special_tokens that is a word (it once gave 500)", path: "/tokenize",
+      body: { prompt: "hi", add_special_tokens: "yes" }, expect: 400 },
     { name: "/detokenize of a string", path: "/detokenize", body: { tokens: "abc" }, expect: 400 },
     { name: "/detokenize of an id outside the vocabulary", path: "/detokenize",
       body: { tokens: [999] }, expect: 400 },
