@@ -90,17 +90,17 @@ void run_serve(const ServeOptions& options) {
       .max_choices = options.max_choices};
   OpenAiServer server(engine, tokenizer, chat.get(), limits, options.server);
 
-  const int port = server.bind();
-  fmt::print(stderr, "pagoda serve: model '{}' ({} KV blocks), listening on http://{}:{}\n",
-             limits.served_model_name, plan.num_blocks - kNullBlocks, options.server.host, port);
-  // SIGINT and SIGTERM shut the server down gracefully; a zero byte (run() returned by itself)
-  // only ends the waiter.
+  // From here SIGINT and SIGTERM shut the server down gracefully (while the model loads they still
+  // end the process at once); a zero byte (run() returned by itself) only ends the waiter.
   if (pipe(g_stop_pipe) != 0) fail("cannot create a pipe: {}", strerror(errno));
   struct sigaction action {};
   action.sa_handler = on_stop_signal;
   sigemptyset(&action.sa_mask);
   sigaction(SIGINT, &action, nullptr);
   sigaction(SIGTERM, &action, nullptr);
+  const int port = server.bind();
+  fmt::print(stderr, "pagoda serve: model '{}' ({} KV blocks), listening on http://{}:{}\n",
+             limits.served_model_name, plan.num_blocks - kNullBlocks, options.server.host, port);
   std::thread waiter([&] {
     char signal = 0;
     while (read(g_stop_pipe[0], &signal, 1) < 0 && errno == EINTR) {
