@@ -96,7 +96,14 @@ int64_t layer_bytes_per_token(const KvLayer& layer) {
 InspectReport build_inspect_report(const InspectOptions& options) {
   InspectReport report;
   report.target = load_model_config(options.model_dir);
-  if (!options.draft_model_dir.empty()) {
+  if (!options.speculative_config.empty() && !options.draft_model_dir.empty()) {
+    fail("give --speculative-config or --draft-model, not both");
+  }
+  if (!options.speculative_config.empty()) {
+    report.speculative =
+        parse_speculative_config(options.speculative_config, options.model_dir, report.target);
+    report.drafter = report.speculative->drafter;
+  } else if (!options.draft_model_dir.empty()) {
     report.drafter = load_model_config(options.draft_model_dir);
   }
   // Planned for the device the backend runs on: the CPU unless --attention-backend names another.
@@ -115,6 +122,12 @@ nlohmann::json inspect_report_json(const InspectReport& report) {
   nlohmann::json out;
   out["model"] = model_json(report.target);
   out["draft_model"] = report.drafter ? model_json(*report.drafter) : nlohmann::json(nullptr);
+  out["speculative"] =
+      report.speculative
+          ? nlohmann::json{{"method", speculative_method_name(report.speculative->method)},
+                           {"model", report.speculative->model_dir},
+                           {"num_speculative_tokens", report.speculative->num_speculative_tokens}}
+          : nlohmann::json(nullptr);
   out["dtype"] = dtype_name(report.dtype);
   out["attention_backend"] = report.attention_backend;
   out["max_model_len"] = plan.max_model_len;
@@ -201,6 +214,11 @@ std::string inspect_report_text(const InspectReport& report) {
   };
   out += fmt::format("model        {}\n", describe(report.target));
   if (report.drafter) out += fmt::format("draft model  {}\n", describe(*report.drafter));
+  if (report.speculative) {
+    out += fmt::format("speculative  {}, {} draft tokens a step\n",
+                       speculative_method_name(report.speculative->method),
+                       report.speculative->num_speculative_tokens);
+  }
   out += fmt::format("kv dtype     {}    attention backend {}    max_model_len {}\n\n",
                      dtype_name(report.dtype), report.attention_backend, plan.max_model_len);
 
@@ -281,8 +299,12 @@ void add_inspect_command(CLI::App& app) {
       "inspect", "Plan the KV cache of a model from its config.json (no weights needed)");
   inspect->add_option("--model", options->model_dir, "Model directory holding config.json")
       ->required();
+  inspect->add_option("--speculative-config", options->speculative_config,
+                      "The drafter, as vLLM spells it: '{\"method\": \"mtp\" | \"draft_model\", "
+                      "\"model\": DIR, \"num_speculative_tokens\": K}'");
   inspect->add_option("--draft-model", options->draft_model_dir,
-                      "Drafter directory (a Gemma 4 assistant or any supported model)");
+                      "Drafter directory (a Gemma 4 assistant or any supported model); the short "
+                      "form of --speculative-config");
   add_cache_flags(*inspect, options->cache);
   inspect
       ->add_option("--max-num-batched-tokens", options->max_num_batched_tokens,

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "cli/cache_flags.h"
+#include "engine/speculative_config.h"
 #include "kv/kv_cache_plan.h"
 #include "model/model_config.h"
 
@@ -15,7 +16,8 @@ namespace pagoda {
 
 struct InspectOptions {
   std::string model_dir;
-  std::string draft_model_dir;  // empty: no drafter
+  std::string draft_model_dir;     // --draft-model, the short form; empty: no drafter
+  std::string speculative_config;  // --speculative-config JSON; empty: none
   CacheFlags cache;
   int64_t max_num_batched_tokens = kDefaultMaxNumBatchedTokens;
   bool json = false;
@@ -24,6 +26,7 @@ struct InspectOptions {
 struct InspectReport {
   ModelConfig target;
   std::optional<ModelConfig> drafter;
+  std::optional<SpeculativeConfig> speculative;  // from --speculative-config
   DType dtype = DType::kBF16;
   std::string attention_backend;
   KvCachePlan plan;
