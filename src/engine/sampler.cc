@@ -189,17 +189,12 @@ int32_t sample_token(const float* logits, int64_t vocab, const SamplingParams& p
   return sample_token(logits, vocab, params, params.greedy() ? 0.0 : rng.uniform());
 }
 
-int32_t sample_token(const float* logits, int64_t vocab, const SamplingParams& params,
-                     double uniform) {
-  if (params.greedy()) {
-    int32_t best = 0;
-    for (int64_t i = 1; i < vocab; ++i) {
-      if (logits[i] > logits[best]) best = static_cast<int32_t>(i);
-    }
-    return best;
-  }
+FilteredDistribution filter_distribution(const float* logits, int64_t vocab,
+                                         const SamplingParams& params) {
+  FilteredDistribution out;
   // Probabilities of logits / temperature, in double.
-  std::vector<double> probs(vocab);
+  std::vector<double>& probs = out.probs;
+  probs.resize(vocab);
   double max = -INFINITY;
   for (int64_t i = 0; i < vocab; ++i)
     max = std::max(max, logits[i] / params.temperature);
@@ -209,7 +204,8 @@ int32_t sample_token(const float* logits, int64_t vocab, const SamplingParams& p
   for (double& p : probs)
     p /= total;
   // Most likely first (ties by lower id), so every filter keeps a prefix.
-  std::vector<int32_t> order(vocab);
+  std::vector<int32_t>& order = out.order;
+  order.resize(vocab);
   std::iota(order.begin(), order.end(), 0);
   std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
     return probs[a] > probs[b] || (probs[a] == probs[b] && a < b);
@@ -231,15 +227,38 @@ int32_t sample_token(const float* logits, int64_t vocab, const SamplingParams& p
       cumulative += probs[order[kept++]];
     keep = std::max<int64_t>(1, kept);
   }
-  double mass = 0;
+  out.keep = keep;
   for (int64_t i = 0; i < keep; ++i)
-    mass += probs[order[i]];
+    out.mass += probs[order[i]];
+  return out;
+}
+
+double FilteredDistribution::probability(int32_t token) const {
+  for (int64_t i = 0; i < keep; ++i) {
+    if (order[i] == token) return probs[token] / mass;
+  }
+  return 0.0;
+}
+
+int32_t FilteredDistribution::draw(double uniform) const {
   double target = uniform * mass;
   for (int64_t i = 0; i < keep; ++i) {
     target -= probs[order[i]];
     if (target < 0) return order[i];
   }
   return order[keep - 1];
+}
+
+int32_t sample_token(const float* logits, int64_t vocab, const SamplingParams& params,
+                     double uniform) {
+  if (params.greedy()) {
+    int32_t best = 0;
+    for (int64_t i = 1; i < vocab; ++i) {
+      if (logits[i] > logits[best]) best = static_cast<int32_t>(i);
+    }
+    return best;
+  }
+  return filter_distribution(logits, vocab, params).draw(uniform);
 }
 
 }  // namespace pagoda

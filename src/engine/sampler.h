@@ -74,6 +74,23 @@ std::vector<SampledToken> sample_greedy(const Tensor& logprobs, int64_t num_top)
 void apply_penalties(float* logits, int64_t vocab, std::span<const int32_t> prompt,
                      std::span<const int32_t> output, const SamplingParams& params);
 
+// What a sampling request draws from: softmax of logits / temperature, then min-p, top-k and top-p,
+// which keep the `keep` likeliest tokens of `order` (ties by lower id).
+struct FilteredDistribution {
+  std::vector<double> probs;   // per token, before filtering
+  std::vector<int32_t> order;  // tokens, most likely first
+  int64_t keep = 0;
+  double mass = 0;  // of the kept tokens
+
+  // The token's probability after filtering (0 when filtered out).
+  double probability(int32_t token) const;
+  // The token that `uniform` in [0, 1) falls on, walking the kept tokens in order.
+  int32_t draw(double uniform) const;
+};
+// Not for greedy params (temperature 0).
+FilteredDistribution filter_distribution(const float* logits, int64_t vocab,
+                                         const SamplingParams& params);
+
 // One token from a row of (penalised) logits: the argmax when greedy; else softmax of
 // logits / temperature, min-p, top-k and top-p filtering, and a draw from what remains.
 int32_t sample_token(const float* logits, int64_t vocab, const SamplingParams& params,
