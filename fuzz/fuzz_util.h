@@ -5,13 +5,10 @@
 #include <unistd.h>
 
 #include <cstdint>
-#include <nlohmann/json.hpp>
-#include <optional>
 #include <string>
 #include <string_view>
 
 #include "core/error.h"
-#include "core/files.h"
 #include "server/openai_request.h"
 
 namespace pagoda::fuzz {
@@ -28,17 +25,6 @@ void expect_clean_errors(Body body) {
     body();
   } catch (const Error&) {
   } catch (const ApiError&) {
-  }
-}
-
-// `text` parsed as JSON after the nesting check every reader applies; none when it is not JSON.
-template <typename Json>
-std::optional<Json> parse_json(const std::string& text, const char* what) {
-  check_json_depth(text, what);
-  try {
-    return Json::parse(text);
-  } catch (const nlohmann::json::exception&) {
-    return std::nullopt;
   }
 }
 

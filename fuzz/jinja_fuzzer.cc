@@ -2,6 +2,7 @@
 // (split at the first NUL byte), rendered as a chat template is.
 #include <nlohmann/json.hpp>
 
+#include "core/files.h"
 #include "fuzz/fuzz_util.h"
 #include "tokenizer/jinja/jinja.h"
 
@@ -15,10 +16,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       {{{"role", "system"}, {"content", "Be brief."}}, {{"role", "user"}, {"content", "Hi"}}});
   if (split != std::string_view::npos) {
     fuzz::expect_clean_errors([&] {
-      if (auto parsed = fuzz::parse_json<nlohmann::ordered_json>(
-              std::string(input.substr(split + 1)), "messages")) {
-        messages = std::move(*parsed);
-      }
+      messages = parse_json_text<nlohmann::ordered_json>(input.substr(split + 1), "messages");
     });
   }
   fuzz::expect_clean_errors([&] {

@@ -2,6 +2,7 @@
 // picks), with the embedded model's tokenizer and a chat template.
 #include <nlohmann/json.hpp>
 
+#include "core/files.h"
 #include "fuzz/fuzz_util.h"
 #include "server/openai_request.h"
 
@@ -30,19 +31,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const int route = data[0] % 4;
   const std::string body(fuzz::as_text(data + 1, size - 1));
   fuzz::expect_clean_errors([&] {
-    const auto json = fuzz::parse_json<nlohmann::ordered_json>(body, "the body");
-    if (!json) return;
+    const auto json = parse_json_text<nlohmann::ordered_json>(body, "the body");
     if (route == 2) {
-      (void)parse_tokenize_request(*json, served.tokenizer, served.chat.get());
+      (void)parse_tokenize_request(json, served.tokenizer, served.chat.get());
       return;
     }
     if (route == 3) {
-      (void)served.tokenizer.decode(parse_detokenize_request(*json));
+      (void)served.tokenizer.decode(parse_detokenize_request(json));
       return;
     }
     const Endpoint endpoint = route == 1 ? Endpoint::kChatCompletions : Endpoint::kCompletions;
     const OpenAiRequest request =
-        parse_openai_request(*json, endpoint, served.tokenizer, served.chat.get(), served.limits);
+        parse_openai_request(json, endpoint, served.tokenizer, served.chat.get(), served.limits);
     for (const auto& prompt : request.prompts) {
       if (static_cast<int64_t>(prompt.size()) > served.limits.max_model_len) __builtin_trap();
     }

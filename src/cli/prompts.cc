@@ -56,13 +56,7 @@ std::vector<PromptSpec> read_prompts_file(const std::string& path, const Samplin
   for (int number = 1; std::getline(file, line); ++number) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     const std::string where = path + ":" + std::to_string(number);
-    check_json_depth(line, where);
-    nlohmann::ordered_json value;
-    try {
-      value = nlohmann::ordered_json::parse(line);
-    } catch (const nlohmann::json::exception& error) {
-      fail("{}: not valid JSON: {}", where, describe_json_error(error));
-    }
+    const auto value = parse_json_text<nlohmann::ordered_json>(line, where);
     if (!value.is_object()) {
       requests.push_back({.ids = read_ids(value, where), .params = defaults});
       continue;
@@ -99,13 +93,7 @@ std::string model_dir_or_default(const std::string& model_dir) {
 }
 
 nlohmann::ordered_json read_messages_file(const std::string& path) {
-  const std::string text = read_text_file(path);
-  check_json_depth(text, path);
-  try {
-    return nlohmann::ordered_json::parse(text);
-  } catch (const nlohmann::json::exception& error) {
-    fail("{}: malformed JSON: {}", path, describe_json_error(error));
-  }
+  return parse_json_text<nlohmann::ordered_json>(read_text_file(path), path);
 }
 
 std::vector<int32_t> resolve_prompt(const PromptSpec& prompt, const Tokenizer* tokenizer,

@@ -16,13 +16,11 @@ std::string read_text_file(const std::string& path) {
 }
 
 nlohmann::json read_json_file(const std::string& path) {
-  const std::string text = read_text_file(path);
-  check_json_depth(text, path);
-  try {
-    return nlohmann::json::parse(text);
-  } catch (const nlohmann::json::exception& error) {
-    fail("{}: malformed JSON: {}", path, describe_json_error(error));
-  }
+  return parse_json_text(read_text_file(path), path);
+}
+
+void json_parse_error(std::string_view what, const nlohmann::json::exception& error) {
+  fail("{}: malformed JSON: {}", what, describe_json_error(error));
 }
 
 std::string describe_json_error(const nlohmann::json::exception& error) {

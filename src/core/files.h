@@ -13,6 +13,8 @@ std::string read_text_file(const std::string& path);
 // failed.
 nlohmann::json read_json_file(const std::string& path);
 
+[[noreturn]] void json_parse_error(std::string_view what, const nlohmann::json::exception& error);
+
 // How deep arrays and objects may nest in any JSON pagoda reads (model files, requests, prompts):
 // far deeper than real documents go, and shallow enough that code walking a value recursively (or
 // printing one) cannot exhaust a thread's stack.
@@ -23,6 +25,18 @@ void check_json_depth(std::string_view text, std::string_view what);
 // What went wrong in parsing JSON (a syntax error, or a number that does not fit), in a message
 // cut short: the parser quotes the input it stopped at.
 std::string describe_json_error(const nlohmann::json::exception& error);
+
+// `text` parsed as JSON after the nesting check; Error "`what`: malformed JSON: ..." when it is
+// not JSON. Json is nlohmann::json or nlohmann::ordered_json.
+template <typename Json = nlohmann::json>
+Json parse_json_text(std::string_view text, std::string_view what) {
+  check_json_depth(text, what);
+  try {
+    return Json::parse(text);
+  } catch (const nlohmann::json::exception& error) {
+    json_parse_error(what, error);
+  }
+}
 
 [[noreturn]] void json_integer_error(const std::string& shown, int64_t min, int64_t max,
                                      std::string_view what);

@@ -38,13 +38,7 @@ std::string_view speculative_method_name(SpeculativeMethod method) {
 
 SpeculativeConfig parse_speculative_config(std::string_view json, const std::string& target_dir,
                                            const ModelConfig& target) {
-  check_json_depth(json, kFlag);
-  nlohmann::json fields;
-  try {
-    fields = nlohmann::json::parse(json);
-  } catch (const nlohmann::json::exception& error) {
-    fail("{}: not valid JSON: {}", kFlag, describe_json_error(error));
-  }
+  const nlohmann::json fields = parse_json_text(json, kFlag);
   if (!fields.is_object()) fail("{}: must be a JSON object", kFlag);
   for (const auto& [key, value] : fields.items()) {
     if (key != "method" && key != "model" && key != "num_speculative_tokens") {

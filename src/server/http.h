@@ -60,7 +60,6 @@ class Exchange {
   void hold(std::shared_ptr<void> work);
   // Words the access-log line ends with (e.g. token counts).
   void set_log_note(std::string note);
-  bool answered() const { return answered_; }
 
  private:
   std::weak_ptr<Session> session_;

@@ -103,15 +103,12 @@ class OpenAiCall::State {
     }
   }
 
-  // Waits for news (up to `timeout` when there is none) and returns one streaming chunk per choice
-  // that moved.
-  std::vector<Json> poll(milliseconds timeout) {
+  // One streaming chunk per choice that moved since the last call; never waits.
+  std::vector<Json> poll() {
     std::vector<Json> chunks;
-    bool waited = false;
     for (const auto& choice : choices_) {
       if (!choice->finish_reason.empty()) continue;
-      std::vector<RequestDelta> deltas = choice->handle->wait(waited ? milliseconds(0) : timeout);
-      waited = waited || deltas.empty();
+      std::vector<RequestDelta> deltas = choice->handle->wait(milliseconds(0));
       for (Json& chunk : advance(*choice, deltas))
         chunks.push_back(std::move(chunk));
     }
@@ -359,8 +356,8 @@ void OpenAiCall::stop_notifications() {
   state_->stop_notifications();
 }
 
-std::vector<Json> OpenAiCall::poll(milliseconds timeout) {
-  return state_->poll(timeout);
+std::vector<Json> OpenAiCall::poll() {
+  return state_->poll();
 }
 
 Json OpenAiCall::response() {

@@ -31,9 +31,9 @@ class OpenAiCall {
   void abort_unfinished();
   // Stops the engine's notifications (what submit() was given); none runs once it returns.
   void stop_notifications();
-  // Waits for news (up to `timeout` when there is none) and returns one streaming chunk per choice
-  // that moved.
-  std::vector<nlohmann::ordered_json> poll(std::chrono::milliseconds timeout);
+  // One streaming chunk per choice that moved since the last call; never waits (submit()'s
+  // notification says when to call).
+  std::vector<nlohmann::ordered_json> poll();
   // The whole response, once finished().
   nlohmann::ordered_json response();
   // The streamed usage chunk (stream_options.include_usage), and whether it was asked for.

@@ -71,14 +71,9 @@ bool same_secret(std::string_view given, std::string_view secret) {
 
 Json parse_body(const http::Request& request) {
   try {
-    check_json_depth(request.body, "the body");
+    return parse_json_text<Json>(request.body, "the body");
   } catch (const Error& error) {
     throw ApiError(400, error.what());
-  }
-  try {
-    return Json::parse(request.body);
-  } catch (const nlohmann::json::exception& error) {
-    throw ApiError(400, fmt::format("the body is not valid JSON: {}", describe_json_error(error)));
   }
 }
 
@@ -159,7 +154,7 @@ class OpenAiServer::Call : public std::enable_shared_from_this<Call> {
   void pump() {
     pump_scheduled_->store(false);
     if (answered_) return;
-    for (const Json& chunk : call_.poll(milliseconds(0))) {
+    for (const Json& chunk : call_.poll()) {
       if (stream_) exchange_->write(sse(chunk));
     }
     if (!call_.finished()) return;
