@@ -174,27 +174,31 @@ void EngineService::loop() {
       });
       if (stopping_) return;
     }
-    bool failed = false;
+    // Health is recorded before the deltas go out, so that a client who sees its request fail
+    // also sees /health say so.
     try {
       admit_and_abort();
       const std::vector<RequestDelta> deltas = engine_.step();
-      failed = std::any_of(deltas.begin(), deltas.end(), [](const RequestDelta& delta) {
+      record_health(std::any_of(deltas.begin(), deltas.end(), [](const RequestDelta& delta) {
         return delta.finish_reason == FinishReason::kError;
-      });
+      }));
       deliver(deltas);
     } catch (const std::exception& error) {
       // A step that failed outside the model and sampler (which fail only their own requests)
       // ends every request; the server stays up.
       spdlog::error("an engine step failed; ending every request: {}", error.what());
-      failed = true;
+      record_health(true);
       fail_all(error.what());
     }
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (failed) {
-      last_failure_ = RequestHandle::Clock::now();
-    } else {
-      last_failure_.reset();
-    }
+  }
+}
+
+void EngineService::record_health(bool failed) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (failed) {
+    last_failure_ = RequestHandle::Clock::now();
+  } else {
+    last_failure_.reset();
   }
 }
 

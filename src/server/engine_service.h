@@ -75,7 +75,8 @@ class EngineService {
   void loop();
   void admit_and_abort();  // engine thread: takes queued requests and aborts
   void deliver(const std::vector<RequestDelta>& deltas);
-  void update_gauges();  // under mutex_
+  void update_gauges();             // under mutex_
+  void record_health(bool failed);  // after a step: whether it failed
   // Ends every active request with `message` (kError) and aborts it in the engine.
   void fail_all(const std::string& message);
 
