@@ -209,6 +209,30 @@ nlohmann::json summarize(const std::vector<IterationTimes>& iterations, const Be
   };
 }
 
+// Speculative decoding over the timed iterations: the counters of `after` less those of `before`.
+nlohmann::json spec_json(const SpeculativeConfig& spec, const GenerationStats& before,
+                         const GenerationStats& after) {
+  GenerationStats timed = after;
+  timed.spec_rounds -= before.spec_rounds;
+  timed.spec_draft_tokens -= before.spec_draft_tokens;
+  timed.spec_accepted_tokens -= before.spec_accepted_tokens;
+  std::vector<double> per_position;
+  for (size_t j = 0; j < timed.spec_accepted_per_position.size(); ++j) {
+    const int64_t kept = timed.spec_accepted_per_position[j] - before.spec_accepted_per_position[j];
+    per_position.push_back(timed.spec_rounds == 0 ? 0.0
+                                                  : static_cast<double>(kept) / timed.spec_rounds);
+  }
+  return {{"method", speculative_method_name(spec.method)},
+          {"drafter", spec.drafter.source},
+          {"num_speculative_tokens", spec.num_speculative_tokens},
+          {"rounds", timed.spec_rounds},
+          {"draft_tokens", timed.spec_draft_tokens},
+          {"accepted_tokens", timed.spec_accepted_tokens},
+          {"acceptance_rate", timed.spec_acceptance_rate()},
+          {"mean_acceptance_length", timed.spec_mean_acceptance_length()},
+          {"acceptance_per_position", per_position}};
+}
+
 // A number with `digits` decimals and its unit, or "-" for null.
 std::string number(const nlohmann::json& value, int digits, const char* unit = "") {
   return value.is_null() ? "-" : fmt::format("{:.{}f}{}", value.get<double>(), digits, unit);
@@ -245,6 +269,19 @@ void print_table(const nlohmann::json& r) {
                                   number(r["floor_bandwidth_gbps"], 0),
                                   number(r["decode_step_over_floor"], 2, "x")));
   }
+  if (const nlohmann::json& spec = r["speculative"]; !spec.is_null()) {
+    std::string per_position;
+    for (const nlohmann::json& share : spec["acceptance_per_position"])
+      per_position +=
+          fmt::format("{}{:.3f}", per_position.empty() ? "" : ", ", share.get<double>());
+    rows.emplace_back(
+        "speculative decoding",
+        fmt::format("{}, K = {}: {} rounds, acceptance {:.1f}%, mean length {:.3f}; "
+                    "per position {}",
+                    spec["method"].get<std::string>(), spec["num_speculative_tokens"].dump(),
+                    spec["rounds"].dump(), 100 * spec["acceptance_rate"].get<double>(),
+                    spec["mean_acceptance_length"].get<double>(), per_position));
+  }
   fmt::print("| metric | value |\n|---|---|\n");
   for (const auto& [metric, value] : rows)
     fmt::print("| {} | {} |\n", metric, value);
@@ -254,20 +291,23 @@ void run_bench(const BenchOptions& options, const CLI::App& command) {
   const std::string model_dir = options.paths.model();
   const ModelConfig config = load_model_config(model_dir);
   const EngineFlags engine_flags = fit_engine_flags(options, config, command);
+  const EngineModels models = engine_models(model_dir, engine_flags);
   // Plan before loading weights, so bad flags fail fast. Without a budget, the pool holds exactly
   // the batch.
   const std::vector<int64_t> lengths(options.batch_size, options.input_len + options.output_len);
   const KvCachePlan plan =
-      plan_cache(config, nullptr, engine_cache_config(engine_flags, config), lengths);
+      plan_cache(config, models.drafter(), engine_cache_config(engine_flags, config), lengths);
 
   const Clock::time_point load_start = Clock::now();
   std::unique_ptr<CausalLm> model = load_model(config, model_dir, engine_flags);
+  const std::unique_ptr<Drafter> drafter = load_engine_drafter(models, engine_flags);
   const KvCache cache = allocate_kv_cache(plan, engine_device(engine_flags));
   fmt::print(stderr, "loaded in {:.2f} s\n", seconds_since(load_start));
-  Engine engine(*model, plan, cache, engine_config(config, plan, engine_flags));
+  Engine engine(*model, plan, cache, engine_config(config, plan, engine_flags), drafter.get());
   std::mt19937_64 rng(engine_flags.seed);
   for (int64_t i = 0; i < options.warmup_iters; ++i)
     run_iteration(engine, options, config.vocab_size, rng);
+  const GenerationStats before = engine.stats();
   std::vector<IterationTimes> timed;
   for (int64_t i = 0; i < options.num_iters; ++i)
     timed.push_back(run_iteration(engine, options, config.vocab_size, rng));
@@ -275,7 +315,11 @@ void run_bench(const BenchOptions& options, const CLI::App& command) {
     fmt::print(stderr, "warning: {} preemptions; the KV pool did not hold the whole batch\n",
                engine.stats().preemptions);
   }
-  const nlohmann::json report = summarize(timed, options, config, engine_flags);
+  nlohmann::json report = summarize(timed, options, config, engine_flags);
+  report["speculative"] = nlohmann::json(nullptr);
+  if (models.speculative) {
+    report["speculative"] = spec_json(*models.speculative, before, engine.stats());
+  }
   if (options.json) {
     fmt::print("{}\n", report.dump());
   } else {

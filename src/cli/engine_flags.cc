@@ -72,6 +72,11 @@ void add_engine_flags(CLI::App& command, EngineFlags& flags) {
       .add_option("--weight-dtype", flags.weight_dtype,
                   "Dtype of dummy weights: auto (the config's), float32, bfloat16, float16")
       ->capture_default_str();
+  command.add_option(
+      "--speculative-config", flags.speculative_config,
+      "Speculative decoding, as vLLM spells it: '{\"method\": \"mtp\" | "
+      "\"draft_model\", \"model\": DIR, \"num_speculative_tokens\": K}' (method and, "
+      "for the model's own assistant, model may be left out)");
   add_cache_flags(command, flags.cache);
 }
 
@@ -118,20 +123,22 @@ void check_weights_finite(const std::string& model_dir) {
        bad.size() == 1 ? "" : "s", model_dir, list, bad.size() > 3 ? ", ..." : "");
 }
 
+// The dtype of dummy weights for `config`, or nullopt when the checkpoint's weights load.
+std::optional<DType> dummy_dtype(const ModelConfig& config, const EngineFlags& flags) {
+  if (parse_load_format(flags.load_format) != LoadFormat::kDummy) return std::nullopt;
+  return flags.weight_dtype == "auto" ? config.dtype.value_or(DType::kBF16)
+                                      : parse_dtype(flags.weight_dtype);
+}
+
 }  // namespace
 
 std::unique_ptr<CausalLm> load_model(const ModelConfig& config, const std::string& model_dir,
                                      const EngineFlags& flags) {
   const Device device = engine_device(flags);
+  const std::optional<DType> dummy = dummy_dtype(config, flags);
   WeightSource weights =
-      parse_load_format(flags.load_format) == LoadFormat::kDummy
-          ? WeightSource::dummy(flags.weight_dtype == "auto" ? config.dtype.value_or(DType::kBF16)
-                                                             : parse_dtype(flags.weight_dtype),
-                                flags.seed)
-          : WeightSource::from_checkpoint(model_dir);
-  if (flags.check_weights && parse_load_format(flags.load_format) != LoadFormat::kDummy) {
-    check_weights_finite(model_dir);
-  }
+      dummy ? WeightSource::dummy(*dummy, flags.seed) : WeightSource::from_checkpoint(model_dir);
+  if (flags.check_weights && !dummy) check_weights_finite(model_dir);
   weights.set_device(device);
   return build_causal_lm(config, weights);
 }
@@ -146,6 +153,43 @@ EngineConfig engine_config(const ModelConfig& config, const KvCachePlan& plan,
                       .enforce_eager = flags.enforce_eager};
   engine.scheduler.enable_prefix_caching = !flags.no_prefix_caching;
   return engine;
+}
+
+EngineModels engine_models(const std::string& model_dir, const EngineFlags& flags) {
+  EngineModels models{.model_dir = model_dir, .target = load_model_config(model_dir)};
+  if (flags.speculative_config.empty()) return models;
+  models.speculative = parse_speculative_config(flags.speculative_config, model_dir, models.target);
+  if (models.speculative->method == SpeculativeMethod::kMtp && !engine_device(flags).is_cpu()) {
+    fail("--speculative-config: the Gemma 4 assistant (\"mtp\") drafts on the CPU only so far");
+  }
+  return models;
+}
+
+std::unique_ptr<Drafter> load_engine_drafter(const EngineModels& models, const EngineFlags& flags) {
+  if (!models.speculative) return nullptr;
+  if (flags.check_weights && !dummy_dtype(models.speculative->drafter, flags)) {
+    check_weights_finite(models.speculative->model_dir);
+  }
+  return std::make_unique<Drafter>(load_drafter(*models.speculative, engine_device(flags),
+                                                dummy_dtype(models.speculative->drafter, flags),
+                                                flags.seed + 1));
+}
+
+std::string describe_spec_stats(const GenerationStats& stats) {
+  std::string per_position;
+  for (size_t j = 0; j < stats.spec_accepted_per_position.size(); ++j) {
+    per_position += fmt::format(
+        "{}{:.3f}", j ? ", " : "",
+        stats.spec_rounds == 0
+            ? 0.0
+            : static_cast<double>(stats.spec_accepted_per_position[j]) / stats.spec_rounds);
+  }
+  return fmt::format(
+      "spec rounds         {} (mean acceptance length {:.3f})\n"
+      "draft tokens        {} proposed, {} accepted ({:.1f}%)\n"
+      "accepted/position   {}\n",
+      stats.spec_rounds, stats.spec_mean_acceptance_length(), stats.spec_draft_tokens,
+      stats.spec_accepted_tokens, 100.0 * stats.spec_acceptance_rate(), per_position);
 }
 
 }  // namespace pagoda

@@ -8,6 +8,7 @@
 
 #include "cli/cache_flags.h"
 #include "engine/engine.h"
+#include "engine/proposer.h"
 #include "model/causal_lm.h"
 #include "tokenizer/tokenizer.h"
 
@@ -38,8 +39,9 @@ struct EngineFlags {
   bool enforce_eager = false;           // no CUDA graphs
   std::string load_format = "auto";
   std::string weight_dtype = "auto";
-  bool check_weights = false;  // refuse a checkpoint with NaN or infinite weights
-  uint64_t seed = 0;           // dummy weights and unseeded requests
+  bool check_weights = false;      // refuse a checkpoint with NaN or infinite weights
+  uint64_t seed = 0;               // dummy weights and unseeded requests
+  std::string speculative_config;  // --speculative-config: JSON, empty for none
   CacheFlags cache;
 };
 
@@ -61,5 +63,22 @@ std::unique_ptr<CausalLm> load_model(const ModelConfig& config, const std::strin
                                      const EngineFlags& flags);
 EngineConfig engine_config(const ModelConfig& config, const KvCachePlan& plan,
                            const EngineFlags& flags);
+
+// A run's model as the flags describe it before any weight loads: the target's config and, with
+// --speculative-config, the drafter's (checked against the target and the device).
+struct EngineModels {
+  std::string model_dir;
+  ModelConfig target;
+  std::optional<SpeculativeConfig> speculative;
+
+  const ModelConfig* drafter() const { return speculative ? &speculative->drafter : nullptr; }
+};
+// Error for a config or a --speculative-config that cannot run (before any weight loads).
+EngineModels engine_models(const std::string& model_dir, const EngineFlags& flags);
+// The drafter --speculative-config names, loaded as the flags say (null without one).
+std::unique_ptr<Drafter> load_engine_drafter(const EngineModels& models, const EngineFlags& flags);
+// Speculative decoding's counters as --stats prints them: rounds, drafts proposed and accepted,
+// and the share of rounds that kept each position.
+std::string describe_spec_stats(const GenerationStats& stats);
 
 }  // namespace pagoda

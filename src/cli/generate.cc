@@ -120,7 +120,8 @@ void run_generate(const GenerateOptions& options) {
     }
   }
 
-  const ModelConfig config = load_model_config(model_dir);
+  const EngineModels models = engine_models(model_dir, options.engine);
+  const ModelConfig& config = models.target;
   // Plan the cache before loading weights, so bad flags fail fast. Without a budget, the pool
   // holds exactly this batch (a request too long for it is refused when it is added).
   const CacheConfig cache_config = engine_cache_config(options.engine, config);
@@ -130,15 +131,17 @@ void run_generate(const GenerateOptions& options) {
                            std::clamp<int64_t>(request.params.max_tokens, 0, kMaxSequenceTokens);
     lengths.push_back(std::clamp<int64_t>(tokens, 1, *cache_config.max_model_len));
   }
-  const KvCachePlan plan = plan_cache(config, nullptr, cache_config, lengths);
+  const KvCachePlan plan = plan_cache(config, models.drafter(), cache_config, lengths);
 
   const auto started = std::chrono::steady_clock::now();
   std::unique_ptr<CausalLm> model = load_model(config, model_dir, options.engine);
+  const std::unique_ptr<Drafter> drafter = load_engine_drafter(models, options.engine);
   const auto loaded = std::chrono::steady_clock::now();
   const KvCache cache = allocate_kv_cache(plan, engine_device(options.engine));
   const EngineConfig engine = engine_config(config, plan, options.engine);
   GenerationStats stats;
-  const std::vector<Request> results = generate(*model, plan, cache, engine, requests, &stats);
+  const std::vector<Request> results =
+      generate(*model, plan, cache, engine, requests, &stats, drafter.get());
   const auto finished = std::chrono::steady_clock::now();
 
   for (size_t r = 0; r < results.size(); ++r) {
@@ -173,6 +176,7 @@ void run_generate(const GenerateOptions& options) {
                stats.prefix_query_tokens, 100.0 * hit_rate, stats.generated_tokens, stats.steps,
                stats.steps == 0 ? 0.0 : 1000.0 * run_s / stats.steps, stats.preemptions,
                stats.peak_blocks_used, plan.num_blocks - kNullBlocks);
+    if (drafter) fmt::print(stderr, "{}", describe_spec_stats(stats));
   }
 }
 

@@ -36,22 +36,45 @@ bool contains(const auto& ids, int64_t token) {
   return std::find(ids.begin(), ids.end(), token) != ids.end();
 }
 
+EngineConfig with_speculation(EngineConfig config, int64_t num_speculative_tokens) {
+  config.scheduler.num_speculative_tokens = num_speculative_tokens;
+  return config;
+}
+
 }  // namespace
 
+double GenerationStats::spec_acceptance_rate() const {
+  return spec_draft_tokens == 0 ? 0.0
+                                : static_cast<double>(spec_accepted_tokens) / spec_draft_tokens;
+}
+
+double GenerationStats::spec_mean_acceptance_length() const {
+  return spec_rounds == 0 ? 0.0 : 1.0 + static_cast<double>(spec_accepted_tokens) / spec_rounds;
+}
+
 Engine::Engine(CausalLm& model, const KvCachePlan& plan, const KvCache& cache,
-               const EngineConfig& config)
+               const EngineConfig& config, Drafter* drafter)
+    : Engine(model, plan, cache, config,
+             drafter != nullptr ? make_proposer(model, *drafter, plan, cache) : nullptr,
+             drafter != nullptr ? drafter->config.num_speculative_tokens : 0) {}
+
+Engine::Engine(CausalLm& model, const KvCachePlan& plan, const KvCache& cache,
+               const EngineConfig& config, std::unique_ptr<Proposer> proposer,
+               int64_t num_speculative_tokens)
     : plan_(plan),
-      config_(config),
+      config_(with_speculation(config, proposer ? num_speculative_tokens : 0)),
       blocks_(plan),
-      scheduler_(config.scheduler, blocks_),
+      scheduler_(config_.scheduler, blocks_),
       runner_(model, plan, cache, {.enforce_eager = config.enforce_eager}),
-      sampler_({.eos_token_ids = config.eos_token_ids}) {
+      sampler_({.eos_token_ids = config.eos_token_ids}),
+      proposer_(std::move(proposer)) {
   if (config.scheduler.max_num_batched_tokens > plan.max_tokens_per_step) {
     fail(
         "max_num_batched_tokens {} is larger than the {} tokens per step the KV cache was planned "
         "for",
         config.scheduler.max_num_batched_tokens, plan.max_tokens_per_step);
   }
+  if (proposer_) counters_.spec_accepted_per_position.assign(num_speculative_tokens, 0);
 }
 
 void Engine::validate(const GenerationRequest& request) const {
@@ -119,17 +142,18 @@ std::vector<RequestDelta> Engine::step() {
   PAGODA_CHECK(!chunks.empty(), "no request could be scheduled");
   counters_.peak_blocks_used = std::max(counters_.peak_blocks_used,
                                         plan_.num_blocks - kNullBlocks - blocks_.num_free_blocks());
-  std::span<const std::optional<SampledToken>> tokens;
+  std::span<const std::vector<SampledToken>> tokens;
   try {
+    if (proposer_) proposer_->propose(chunks, blocks_);
     sampler_.prepare(chunks, runner_.on_device());
     const RunnerOutput output = runner_.execute(chunks, sampler_.logits_rows(), blocks_);
     tokens = sampler_.sample(output.logits, output.first_row);
+    if (proposer_) proposer_->after_step(chunks, tokens, sampler_.logits_rows(), output, blocks_);
   } catch (const std::exception& error) {
     for (const ScheduledChunk& chunk : chunks)
       deltas.push_back(fail_request(chunk.request->id, error.what()));
     return deltas;
   }
-  scheduler_.complete(chunks);
   ++counters_.steps;
   append_tokens(chunks, tokens, deltas);
   return deltas;
@@ -144,23 +168,43 @@ std::vector<RequestDelta> Engine::take_aborted() {
 }
 
 void Engine::append_tokens(std::span<const ScheduledChunk> chunks,
-                           std::span<const std::optional<SampledToken>> tokens,
+                           std::span<const std::vector<SampledToken>> tokens,
                            std::vector<RequestDelta>& deltas) {
+  std::vector<ScheduledChunk> completed(chunks.begin(), chunks.end());
+  std::vector<Request*> finished;
   for (size_t i = 0; i < chunks.size(); ++i) {
-    if (!tokens[i]) continue;  // a chunk inside the prompt
+    if (tokens[i].empty()) continue;  // a chunk inside the prompt
     Request& request = *chunks[i].request;
-    const SampledToken& token = *tokens[i];
-    request.token_ids.push_back(token.token_id);
-    request.output_logprobs.push_back({token.logprob, token.top});
-    ++counters_.generated_tokens;
-    request.finish_reason = finish_reason(request, token.token_id);
-    if (request.finish_reason != FinishReason::kNone) scheduler_.remove(&request);
-    RequestDelta& delta = deltas.emplace_back(RequestDelta{
-        .request_id = request.id, .new_tokens = {token}, .finish_reason = request.finish_reason});
-    if (request.params.prompt_logprobs && request.num_output_tokens() == 1) {
+    RequestDelta& delta = deltas.emplace_back(RequestDelta{.request_id = request.id});
+    for (const SampledToken& token : tokens[i]) {
+      request.token_ids.push_back(token.token_id);
+      request.output_logprobs.push_back({token.logprob, token.top});
+      delta.new_tokens.push_back(token);
+      ++counters_.generated_tokens;
+      request.finish_reason = finish_reason(request, token.token_id);
+      if (request.finish_reason != FinishReason::kNone) break;  // the rest of the run is dropped
+    }
+    delta.finish_reason = request.finish_reason;
+    if (request.finish_reason != FinishReason::kNone) finished.push_back(&request);
+    if (request.params.prompt_logprobs &&
+        request.num_output_tokens() == static_cast<int64_t>(delta.new_tokens.size())) {
       delta.prompt_logprobs = request.prompt_logprobs;
     }
+    const int64_t drafts = chunks[i].num_drafts;
+    if (drafts == 0) continue;
+    // The kept drafts: their K/V, written in the verify step, join the computed tokens.
+    const int64_t accepted = static_cast<int64_t>(tokens[i].size()) - 1;
+    completed[i].num_tokens += std::min(accepted, static_cast<int64_t>(delta.new_tokens.size()));
+    completed[i].num_drafts = 0;
+    ++counters_.spec_rounds;
+    counters_.spec_draft_tokens += drafts;
+    counters_.spec_accepted_tokens += accepted;
+    for (int64_t j = 0; j < accepted; ++j)
+      ++counters_.spec_accepted_per_position[j];
   }
+  scheduler_.complete(completed);
+  for (Request* request : finished)
+    scheduler_.remove(request);
 }
 
 FinishReason Engine::finish_reason(const Request& request, int32_t token) const {
@@ -176,8 +220,8 @@ FinishReason Engine::finish_reason(const Request& request, int32_t token) const 
 std::vector<Request> generate(CausalLm& model, const KvCachePlan& plan, const KvCache& cache,
                               const EngineConfig& config,
                               const std::vector<GenerationRequest>& requests,
-                              GenerationStats* stats) {
-  Engine engine(model, plan, cache, config);
+                              GenerationStats* stats, Drafter* drafter) {
+  Engine engine(model, plan, cache, config, drafter);
   for (size_t r = 0; r < requests.size(); ++r) {
     try {
       engine.add_request(requests[r]);

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "engine/model_runner.h"
+#include "engine/proposer.h"
 #include "engine/request.h"
 #include "engine/sampler.h"
 #include "engine/scheduler.h"
@@ -40,6 +41,16 @@ struct GenerationStats {
   int64_t generated_tokens = 0;
   int64_t preemptions = 0;
   int64_t peak_blocks_used = 0;
+  // Speculative decoding, as vLLM counts it: verify rounds (a request's drafts checked in a step),
+  // drafts proposed and kept, and kept per position (index j: rounds that kept draft j).
+  int64_t spec_rounds = 0;
+  int64_t spec_draft_tokens = 0;
+  int64_t spec_accepted_tokens = 0;
+  std::vector<int64_t> spec_accepted_per_position;
+
+  // Kept drafts over proposed ones; 1 + kept drafts per round (the tokens a round yields).
+  double spec_acceptance_rate() const;
+  double spec_mean_acceptance_length() const;
 };
 
 // One step's news for one request: tokens sampled this step (none while its prompt is still being
@@ -57,8 +68,13 @@ struct RequestDelta {
 // The step loop: requests can be added and aborted between steps; each step returns deltas.
 class Engine {
  public:
-  Engine(CausalLm& model, const KvCachePlan& plan, const KvCache& cache,
-         const EngineConfig& config);
+  // With a drafter (planned in `plan` after the model's layers), decoding requests verify its
+  // drafts: config.scheduler.num_speculative_tokens is taken from the drafter's config.
+  Engine(CausalLm& model, const KvCachePlan& plan, const KvCache& cache, const EngineConfig& config,
+         Drafter* drafter = nullptr);
+  // With a proposer of one's own, verifying up to `num_speculative_tokens` drafts a step.
+  Engine(CausalLm& model, const KvCachePlan& plan, const KvCache& cache, const EngineConfig& config,
+         std::unique_ptr<Proposer> proposer, int64_t num_speculative_tokens);
 
   // Validates and queues a request (Error names the problem and the limit); returns its id.
   int64_t add_request(GenerationRequest request);
@@ -90,9 +106,10 @@ class Engine {
   Request& find(int64_t id);
   // Deltas of the requests aborted since the last step.
   std::vector<RequestDelta> take_aborted();
-  // Appends each chunk's sampled token to its request and ends the requests that are done.
+  // Appends each chunk's sampled tokens to its request (up to the first that ends it), advances
+  // the requests past their computed tokens (kept drafts included), and ends those that are done.
   void append_tokens(std::span<const ScheduledChunk> chunks,
-                     std::span<const std::optional<SampledToken>> tokens,
+                     std::span<const std::vector<SampledToken>> tokens,
                      std::vector<RequestDelta>& deltas);
   // Why `request` ends after taking `token`, or kNone.
   FinishReason finish_reason(const Request& request, int32_t token) const;
@@ -103,6 +120,7 @@ class Engine {
   Scheduler scheduler_;
   ModelRunner runner_;
   Sampler sampler_;
+  std::unique_ptr<Proposer> proposer_;   // with a drafter
   std::map<int64_t, Request> requests_;  // nodes stay put: other rooms keep pointers to them
   std::vector<int64_t> aborted_;         // aborted since the last step
   int64_t next_id_ = 0;
@@ -115,6 +133,6 @@ class Engine {
 std::vector<Request> generate(CausalLm& model, const KvCachePlan& plan, const KvCache& cache,
                               const EngineConfig& config,
                               const std::vector<GenerationRequest>& requests,
-                              GenerationStats* stats = nullptr);
+                              GenerationStats* stats = nullptr, Drafter* drafter = nullptr);
 
 }  // namespace pagoda

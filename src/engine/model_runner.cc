@@ -19,7 +19,7 @@ constexpr int64_t kMaxGraphBatch = 256;
 
 // One token after a non-empty cache.
 bool is_decode(const ScheduledChunk& chunk) {
-  return chunk.num_tokens == 1 && chunk.first > 0;
+  return chunk.total() == 1 && chunk.first > 0;
 }
 
 #if PAGODA_HAVE_CUDA
@@ -35,6 +35,7 @@ struct ModelRunner::DecodeGraph {
 #if PAGODA_HAVE_CUDA
   cuda::Graph graph;
 #endif
+  Tensor hidden;           // [padded batch, hidden] on the device, written by each replay
   Tensor logits;           // [padded batch, vocab] f32 on the device, written by each replay
   int64_t generation = 0;  // of the buffers it was captured over
 };
@@ -72,23 +73,9 @@ ModelRunner::ModelRunner(CausalLm& model, const KvCachePlan& plan, const KvCache
   batch_.attention = layers_;
 }
 
-const ForwardBatch& ModelRunner::prepare(std::span<const ScheduledChunk> ordered,
-                                         const KvCacheManager& blocks, int64_t padding_rows,
-                                         const AttentionStep& step) {
-  int64_t num_tokens = 0;
-  for (const ScheduledChunk& chunk : ordered)
-    num_tokens += chunk.num_tokens;
-  ForwardBatch& batch = batch_;
-  batch.token_ids.clear();
-  batch.positions.clear();
-  for (const ScheduledChunk& chunk : ordered) {
-    const auto first = chunk.request->token_ids.begin() + chunk.first;
-    batch.token_ids.insert(batch.token_ids.end(), first, first + chunk.num_tokens);
-    for (int64_t i = 0; i < chunk.num_tokens; ++i)
-      batch.positions.push_back(chunk.first + i);
-  }
-  batch.token_ids.resize(num_tokens + padding_rows, 0);
-  batch.positions.resize(num_tokens + padding_rows, 0);
+void ModelRunner::begin_step(int64_t num_tokens, const KvCacheManager& blocks) {
+  batch_.token_ids.clear();
+  batch_.positions.clear();
   for (size_t g = 0; g < plan_.groups.size(); ++g) {
     AttentionMetadata& meta = metadata_[g];
     meta.num_actual_tokens = num_tokens;
@@ -100,30 +87,67 @@ const ForwardBatch& ModelRunner::prepare(std::span<const ScheduledChunk> ordered
     meta.block_table_rows.clear();
     meta.slot_mapping.clear();
   }
-  // Each chunk's row of the block tables; the scheduler allocated blocks for all its tokens.
-  for (const ScheduledChunk& chunk : ordered) {
-    const int32_t row = chunk.request->kv_row;
-    const int64_t total = chunk.first + chunk.num_tokens;
-    PAGODA_CHECK(row >= 0 && total <= plan_.max_model_len,
-                 "request {} (row {}) runs {} tokens; max_model_len is {}", chunk.request->id, row,
-                 total, plan_.max_model_len);
-    for (size_t g = 0; g < plan_.groups.size(); ++g) {
-      AttentionMetadata& meta = metadata_[g];
-      const int64_t block_size = plan_.groups[g].spec.page.block_size;
-      const int32_t* table = meta.block_table.data() + row * meta.block_table_stride;
-      if (is_decode(chunk)) meta.num_decode_tokens += 1;
-      meta.query_start.push_back(meta.query_start.back() + chunk.num_tokens);
-      meta.seq_lens.push_back(total);
-      meta.block_table_rows.push_back(row);
-      for (int64_t p = chunk.first; p < total; ++p) {
-        meta.slot_mapping.push_back(int64_t{table[p / block_size]} * block_size + p % block_size);
-      }
+}
+
+void ModelRunner::add_sequence(const Request& request, int64_t num_queries, int64_t seq_len,
+                               bool writes, bool decode) {
+  const int32_t row = request.kv_row;
+  PAGODA_CHECK(row >= 0 && seq_len <= plan_.max_model_len,
+               "request {} (row {}) runs {} tokens; max_model_len is {}", request.id, row, seq_len,
+               plan_.max_model_len);
+  for (size_t g = 0; g < plan_.groups.size(); ++g) {
+    AttentionMetadata& meta = metadata_[g];
+    const int64_t block_size = plan_.groups[g].spec.page.block_size;
+    const int32_t* table = meta.block_table.data() + row * meta.block_table_stride;
+    if (decode) meta.num_decode_tokens += 1;
+    meta.query_start.push_back(meta.query_start.back() + num_queries);
+    meta.seq_lens.push_back(seq_len);
+    meta.block_table_rows.push_back(row);
+    for (int64_t p = seq_len - num_queries; p < seq_len; ++p) {
+      meta.slot_mapping.push_back(
+          writes ? int64_t{table[p / block_size]} * block_size + p % block_size : -1);
     }
   }
+}
+
+const ForwardBatch& ModelRunner::finish_step(int64_t padding_rows, const AttentionStep& step) {
+  const size_t rows = batch_.token_ids.size() + padding_rows;
+  batch_.token_ids.resize(rows, 0);
+  batch_.positions.resize(rows, 0);
   for (size_t p = 0; p < plans_.size(); ++p)
     plans_[p]->update(metadata_[plan_groups_[p]], step);
   if (on_device()) upload_tokens();
-  return batch;
+  return batch_;
+}
+
+const ForwardBatch& ModelRunner::prepare(std::span<const ScheduledChunk> ordered,
+                                         const KvCacheManager& blocks, int64_t padding_rows,
+                                         const AttentionStep& step) {
+  int64_t num_tokens = 0;
+  for (const ScheduledChunk& chunk : ordered)
+    num_tokens += chunk.total();
+  begin_step(num_tokens, blocks);
+  // Each chunk's row of the block tables; the scheduler allocated blocks for all its tokens.
+  for (const ScheduledChunk& chunk : ordered) {
+    for (int64_t i = 0; i < chunk.total(); ++i) {
+      batch_.token_ids.push_back(chunk.token(i));
+      batch_.positions.push_back(chunk.first + i);
+    }
+    add_sequence(*chunk.request, chunk.total(), chunk.first + chunk.total(), true,
+                 is_decode(chunk));
+  }
+  return finish_step(padding_rows, step);
+}
+
+const ForwardBatch& ModelRunner::prepare_queries(std::span<const QueryToken> queries,
+                                                 const KvCacheManager& blocks) {
+  begin_step(static_cast<int64_t>(queries.size()), blocks);
+  for (const QueryToken& query : queries) {
+    batch_.token_ids.push_back(query.token);
+    batch_.positions.push_back(query.position);
+    add_sequence(*query.request, 1, query.seq_len, query.writes, true);
+  }
+  return finish_step(0, {});
 }
 
 void ModelRunner::upload_tokens() {
@@ -172,7 +196,7 @@ RunnerOutput ModelRunner::execute(std::span<const ScheduledChunk> chunks,
   std::vector<int64_t> rows;
   int64_t token = 0;
   for (size_t i : order) {
-    const int64_t count = chunks[i].num_tokens;
+    const int64_t count = chunks[i].total();
     PAGODA_CHECK(logits_rows[i] >= 1 && logits_rows[i] <= count,
                  "{} logits rows of a {}-token chunk", logits_rows[i], count);
     output.first_row[i] = static_cast<int64_t>(rows.size());
@@ -184,52 +208,56 @@ RunnerOutput ModelRunner::execute(std::span<const ScheduledChunk> chunks,
   const int64_t count = static_cast<int64_t>(rows.size());
   if (on_device() && !enforce_eager_ && !model_.synchronizes_with_host() && decode_only &&
       count <= kMaxGraphBatch && count == token) {
-    output.logits = run_decode_graph(ordered, blocks);
+    run_decode_graph(ordered, blocks, output);
   } else {
-    output.logits = logits_of(model_.forward(prepare(ordered, blocks)), rows);
+    output.hidden = select_rows(model_.forward(prepare(ordered, blocks)), rows);
+    output.logits = model_.compute_logits(output.hidden);
   }
   return output;
 }
 
-Tensor ModelRunner::logits_of(const Tensor& hidden, const std::vector<int64_t>& rows) const {
+Tensor ModelRunner::select_rows(const Tensor& hidden, const std::vector<int64_t>& rows) {
   const int64_t count = static_cast<int64_t>(rows.size());
   bool all_rows = count == hidden.size(0);
   for (int64_t r = 0; all_rows && r < count; ++r)
     all_rows = rows[r] == r;
-  if (all_rows) return model_.compute_logits(hidden);
+  if (all_rows) return hidden;
   Tensor selected = Tensor::uninitialized({count, hidden.size(1)}, hidden.dtype(), hidden.device());
   for (int64_t r = 0; r < count; ++r)
     selected.select(0, r).copy_from(hidden.select(0, rows[r]));
-  return model_.compute_logits(selected);
+  return selected;
 }
 
 // The first step at a padded size runs eagerly (sizing every cached buffer), records a graph and
 // replays it; later steps at that size only upload their inputs and replay it. Padding rows are
 // sequences of one token over the null block, written nowhere; their logits are dropped.
-Tensor ModelRunner::run_decode_graph(std::span<const ScheduledChunk> ordered,
-                                     const KvCacheManager& blocks) {
+void ModelRunner::run_decode_graph(std::span<const ScheduledChunk> ordered,
+                                   const KvCacheManager& blocks, RunnerOutput& output) {
 #if PAGODA_HAVE_CUDA
   const int64_t batch = static_cast<int64_t>(ordered.size());
   const int64_t padded = graph_batch_size(batch);
   const ForwardBatch& inputs =
       prepare(ordered, blocks, padded - batch, {.padding_seqs = padded - batch, .graph = true});
-  std::vector<int64_t> rows(padded);
-  std::iota(rows.begin(), rows.end(), 0);
   std::unique_ptr<DecodeGraph>& entry = graphs_[padded];
   if (!entry || entry->generation != generation()) {
     // An eager run sizes every cached buffer, so the capture allocates nothing; its logits are
     // dropped to free theirs, and the replay below computes the step again (rewriting the same
     // K/V).
-    logits_of(model_.forward(inputs), rows);
+    model_.compute_logits(model_.forward(inputs));
     entry = std::make_unique<DecodeGraph>();
-    entry->graph.capture([&] { entry->logits = logits_of(model_.forward(inputs), rows); });
+    entry->graph.capture([&] {
+      entry->hidden = model_.forward(inputs);
+      entry->logits = model_.compute_logits(entry->hidden);
+    });
     entry->generation = generation();
   }
   entry->graph.replay();
-  return entry->logits.narrow(0, 0, batch);
+  output.hidden = entry->hidden.narrow(0, 0, batch);
+  output.logits = entry->logits.narrow(0, 0, batch);
 #else
   (void)ordered;
   (void)blocks;
+  (void)output;
   fail("this pagoda binary was built without CUDA");
 #endif
 }

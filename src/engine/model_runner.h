@@ -16,6 +16,7 @@
 namespace pagoda {
 
 struct RunnerOutput {
+  Tensor hidden;                   // [rows, hidden]: the final hidden states of the logits rows
   Tensor logits;                   // [rows, vocab] f32, on the model's device
   std::vector<int64_t> first_row;  // per chunk (caller's order): its first row of logits
 };
@@ -26,6 +27,17 @@ struct RunnerOptions {
   int64_t first_layer = 0;
   // On a GPU, decode-only steps replay CUDA graphs captured per padded batch size unless set.
   bool enforce_eager = false;
+};
+
+// One query token of a request: `token` at `position`, attending to the first `seq_len` tokens of
+// its cache; its K/V go to slot seq_len - 1 when `writes` (a drafter feeding back a draft), else
+// nowhere (a drafter reading the target's cache).
+struct QueryToken {
+  const Request* request = nullptr;
+  int32_t token = 0;
+  int64_t position = 0;
+  int64_t seq_len = 0;
+  bool writes = false;
 };
 
 class ModelRunner {
@@ -39,9 +51,9 @@ class ModelRunner {
   // Whether the model runs on a GPU, where its logits stay.
   bool on_device() const { return !device_.is_cpu(); }
 
-  // Runs one step over the chunks' tokens and returns the logits of each chunk's last
-  // logits_rows[i] tokens. Decoding chunks (one token after a non-empty cache) run first. Every
-  // chunk's blocks must already cover its tokens.
+  // Runs one step over the chunks' tokens (drafts included) and returns the logits of each chunk's
+  // last logits_rows[i] tokens. Decoding chunks (one token after a non-empty cache) run first.
+  // Every chunk's blocks must already cover its tokens.
   RunnerOutput execute(std::span<const ScheduledChunk> chunks, std::span<const int64_t> logits_rows,
                        const KvCacheManager& blocks);
 
@@ -51,14 +63,25 @@ class ModelRunner {
   // sequences of a CUDA graph's batch). Valid until the next call.
   const ForwardBatch& prepare(std::span<const ScheduledChunk> ordered, const KvCacheManager& blocks,
                               int64_t padding_rows = 0, const AttentionStep& step = {});
+  // A step of the query tokens, in order; updates every attention plan as prepare() does.
+  const ForwardBatch& prepare_queries(std::span<const QueryToken> queries,
+                                      const KvCacheManager& blocks);
   // Group `group`'s metadata of the last prepare().
   const AttentionMetadata& metadata(int64_t group) const { return metadata_[group]; }
 
  private:
-  // The logits of `rows` of a step's hidden states (when they are all the rows, without a copy).
-  Tensor logits_of(const Tensor& hidden, const std::vector<int64_t>& rows) const;
+  // `rows` of a step's hidden states (when they are all the rows, without a copy).
+  static Tensor select_rows(const Tensor& hidden, const std::vector<int64_t>& rows);
   // A decode-only step of the `ordered` chunks through a graph padded to a captured size.
-  Tensor run_decode_graph(std::span<const ScheduledChunk> ordered, const KvCacheManager& blocks);
+  void run_decode_graph(std::span<const ScheduledChunk> ordered, const KvCacheManager& blocks,
+                        RunnerOutput& output);
+  // Building a step's inputs: begin, add each sequence (its last num_queries of seq_len tokens
+  // are queries; `writes`: their K/V go to the cache), finish with padding rows and the plans'
+  // update.
+  void begin_step(int64_t num_tokens, const KvCacheManager& blocks);
+  void add_sequence(const Request& request, int64_t num_queries, int64_t seq_len, bool writes,
+                    bool decode);
+  const ForwardBatch& finish_step(int64_t padding_rows, const AttentionStep& step);
   // Copies the batch's ids and positions to the device, into buffers that keep their addresses.
   void upload_tokens();
   // Changes whenever a buffer a captured graph reads is replaced.

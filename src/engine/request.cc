@@ -32,8 +32,13 @@ Request::Request(int64_t id, std::vector<int32_t> prompt_token_ids, SamplingPara
       params(std::move(params)),
       token_ids(std::move(prompt_token_ids)),
       num_prompt_tokens(static_cast<int64_t>(token_ids.size())),
-      rng(stream_seed) {
+      rng(stream_seed),
+      draft_rng(stream_seed ^ 0x5bd1e9955bd1e995ull) {
   if (this->params.prompt_logprobs) prompt_logprobs.assign(1, std::nullopt);
+}
+
+bool Request::can_draft() const {
+  return !params.has_penalties() && num_output_tokens() >= params.min_tokens;
 }
 
 std::vector<SampledToken> Request::output_tokens() const {

@@ -10,6 +10,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/tensor.h"
 #include "engine/sampling_params.h"
 
 namespace pagoda {
@@ -72,6 +73,20 @@ struct Request {
   // predicts it).
   std::vector<std::optional<Logprobs>> prompt_logprobs;
   SamplerRng rng;
+  // Speculative decoding: the tokens the drafter proposes after token_ids for the next verify step,
+  // and, for a sampling request, the drafter's logits each was drawn from ([drafts, vocab]
+  // row-major). Set by the proposer before the step that verifies them.
+  std::vector<int32_t> draft_token_ids;
+  std::vector<float> draft_logits;
+  // Tokens whose K/V a draft model with layers of its own has in the cache (it lags num_computed
+  // after a step that kept every draft, and is reset after preemption).
+  int64_t draft_computed = 0;
+  // The target's final hidden state [1, hidden] at the row that produced the newest token, for a
+  // drafter that drafts from it (the Gemma 4 assistant).
+  Tensor draft_hidden;
+  // The draws that pick drafts, a stream apart from `rng`, so the acceptance draws do not depend on
+  // what was drafted.
+  SamplerRng draft_rng;
 
   std::span<const int32_t> prompt_token_ids() const {
     return std::span(token_ids).first(num_prompt_tokens);
@@ -84,6 +99,9 @@ struct Request {
   // A request that wants prompt log-probabilities computes its whole prompt: it never starts from
   // a prefix-cache hit.
   bool cacheable() const { return !params.prompt_logprobs.has_value(); }
+  // Whether the next tokens depend on the logits alone, so drafts can be verified in one step: no
+  // penalties (which change with every token) and no min_tokens still ruling out a stop.
+  bool can_draft() const;
   // Whether a chunk from token `first` on computes prompt log-probabilities: a logits row per
   // token, each predicting the next prompt token. The scheduler bounds such tokens per step; the
   // sampler asks the model for their rows.

@@ -6,6 +6,7 @@
 #include <unordered_map>
 
 #include "core/error.h"
+#include "engine/spec_acceptance.h"
 #include "ops/cpu/ops.h"
 #include "ops/ops.h"
 
@@ -16,8 +17,7 @@ namespace {
 // prompt log-probabilities, and no minimum length still ruling out EOS.
 bool samples_from_logits(const Request& request) {
   const SamplingParams& params = request.params;
-  return params.presence_penalty == 0.0 && params.frequency_penalty == 0.0 &&
-         params.repetition_penalty == 1.0 && params.logprobs == 0 &&
+  return !params.has_penalties() && params.logprobs == 0 &&
          request.num_output_tokens() >= params.min_tokens && !params.prompt_logprobs.has_value();
 }
 
@@ -33,9 +33,11 @@ void Sampler::prepare(std::span<const ScheduledChunk> chunks, bool logits_on_dev
   for (const ScheduledChunk& chunk : chunks) {
     const Request& request = *chunk.request;
     const bool prompt_rows = request.prompt_logprob_rows(chunk.first);
-    logits_rows_.push_back(prompt_rows ? chunk.num_tokens : 1);
+    logits_rows_.push_back(prompt_rows ? chunk.num_tokens : 1 + chunk.num_drafts);
     samples_.push_back(chunk.first + chunk.num_tokens >= request.num_tokens());
-    on_device_ = on_device_ && !prompt_rows && samples_from_logits(request);
+    // Drafts are judged on the host.
+    on_device_ =
+        on_device_ && !prompt_rows && chunk.num_drafts == 0 && samples_from_logits(request);
   }
   device_rows_.clear();
   for (size_t i = 0; i < chunks.size() && on_device_; ++i) {
@@ -51,11 +53,11 @@ void Sampler::prepare(std::span<const ScheduledChunk> chunks, bool logits_on_dev
   }
 }
 
-std::span<const std::optional<SampledToken>> Sampler::sample(const Tensor& logits,
-                                                             std::span<const int64_t> first_rows) {
+std::span<const std::vector<SampledToken>> Sampler::sample(const Tensor& logits,
+                                                           std::span<const int64_t> first_rows) {
   PAGODA_CHECK(first_rows.size() == chunks_.size(), "{} first rows for {} chunks",
                first_rows.size(), chunks_.size());
-  tokens_.assign(chunks_.size(), std::nullopt);
+  tokens_.assign(chunks_.size(), {});
   if (on_device_) {
     const int64_t count = logits.size(0);
     std::vector<SamplingRow> rows(count);
@@ -68,7 +70,7 @@ std::span<const std::optional<SampledToken>> Sampler::sample(const Tensor& logit
     const auto* ids = host.select(0, 0).data<int32_t>();
     const auto* logprobs = host.select(0, 1).reinterpret(DType::kF32).data<float>();
     for (size_t i = 0; i < chunks_.size(); ++i) {
-      if (samples_[i]) tokens_[i] = SampledToken{ids[first_rows[i]], logprobs[first_rows[i]], {}};
+      if (samples_[i]) tokens_[i] = {SampledToken{ids[first_rows[i]], logprobs[first_rows[i]], {}}};
     }
     return tokens_;
   }
@@ -83,11 +85,48 @@ std::span<const std::optional<SampledToken>> Sampler::sample(const Tensor& logit
                              logprobs.data<float>() + first_rows[i] * vocab, rows, vocab);
     }
     if (!samples_[i]) continue;
-    const int64_t last = (first_rows[i] + rows - 1) * vocab;
-    tokens_[i] = sample_on_host(request, host_logits.data<float>() + last,
-                                logprobs.data<float>() + last, vocab);
+    const int64_t first = first_rows[i] * vocab;
+    if (chunks_[i].num_drafts > 0) {
+      tokens_[i] = verify(chunks_[i], host_logits.data<float>() + first,
+                          logprobs.data<float>() + first, vocab);
+      continue;
+    }
+    const int64_t last = first + (rows - 1) * vocab;
+    tokens_[i] = {sample_on_host(request, host_logits.data<float>() + last,
+                                 logprobs.data<float>() + last, vocab)};
   }
   return tokens_;
+}
+
+std::vector<SampledToken> Sampler::verify(const ScheduledChunk& chunk, const float* logits,
+                                          const float* logprobs, int64_t vocab) {
+  Request& request = *chunk.request;
+  const int64_t k = chunk.num_drafts;
+  const std::span<const int32_t> drafts = std::span(request.draft_token_ids).first(k);
+  std::vector<const float*> target_rows;
+  for (int64_t j = 0; j <= k; ++j)
+    target_rows.push_back(logits + j * vocab);
+  std::vector<const float*> draft_rows;
+  if (!request.params.greedy()) {
+    PAGODA_CHECK(static_cast<int64_t>(request.draft_logits.size()) >= k * vocab,
+                 "request {} has drafter logits for {} of {} drafts", request.id,
+                 request.draft_logits.size() / vocab, k);
+    for (int64_t j = 0; j < k; ++j)
+      draft_rows.push_back(request.draft_logits.data() + j * vocab);
+  }
+  const Acceptance acceptance =
+      accept_drafts(target_rows, draft_rows, drafts, vocab, request.params, request.rng);
+  // Every token with the target's log-probabilities at its row.
+  std::vector<SampledToken> tokens;
+  auto add = [&](int64_t row, int32_t token) {
+    const float* row_logprobs = logprobs + row * vocab;
+    tokens.push_back(
+        {token, row_logprobs[token], top_logprobs(row_logprobs, vocab, request.params.logprobs)});
+  };
+  for (int64_t j = 0; j < acceptance.accepted; ++j)
+    add(j, drafts[j]);
+  add(acceptance.accepted, acceptance.next);
+  return tokens;
 }
 
 // Row j, at position first_position + j, predicts token first_position + j + 1.

@@ -36,14 +36,19 @@ class Sampler {
   std::span<const int64_t> logits_rows() const { return logits_rows_; }
   // Samples logits [rows, vocab] f32 (on a GPU or the host), where chunk i's rows start at
   // first_rows[i]. Records prompt log-probabilities in their requests. Returns, per chunk, the
-  // token it sampled: none for a chunk that ends inside its request's known tokens.
-  std::span<const std::optional<SampledToken>> sample(const Tensor& logits,
-                                                      std::span<const int64_t> first_rows);
+  // tokens it sampled: none for a chunk that ends inside its request's known tokens, one for a
+  // decode, and for a chunk that verifies drafts the drafts it kept and the token after them
+  // (engine/spec_acceptance.h).
+  std::span<const std::vector<SampledToken>> sample(const Tensor& logits,
+                                                    std::span<const int64_t> first_rows);
 
  private:
   // The request's next token from its last row of raw logits and log-probabilities.
   SampledToken sample_on_host(Request& request, const float* logits, const float* logprobs,
                               int64_t vocab);
+  // The tokens a chunk's 1 + num_drafts rows of logits and log-probabilities keep.
+  std::vector<SampledToken> verify(const ScheduledChunk& chunk, const float* logits,
+                                   const float* logprobs, int64_t vocab);
   // Log-probabilities of the prompt tokens that `rows` rows, from position first_position on,
   // predict.
   void record_prompt_logprobs(Request& request, int64_t first_position, const float* logprobs,
@@ -55,7 +60,7 @@ class Sampler {
   std::vector<bool> samples_;  // per chunk: whether its last row draws a token
   bool on_device_ = false;
   std::vector<SamplingRow> device_rows_;  // per chunk, with on_device_
-  std::vector<std::optional<SampledToken>> tokens_;
+  std::vector<std::vector<SampledToken>> tokens_;
   std::vector<float> processed_;  // scratch: one row of penalised logits
 };
 

@@ -31,6 +31,10 @@ struct SamplingParams {
   std::optional<int64_t> prompt_logprobs;
 
   bool greedy() const { return temperature == 0.0; }
+  // Whether a token's logits change with the tokens before it (repetition, frequency or presence).
+  bool has_penalties() const {
+    return repetition_penalty != 1.0 || frequency_penalty != 0.0 || presence_penalty != 0.0;
+  }
   // Throws Error naming the parameter, its value and the allowed range.
   void validate(int64_t vocab_size) const;
 };

@@ -13,6 +13,9 @@ Scheduler::Scheduler(const SchedulerConfig& config, KvCacheManager& blocks)
   if (config.max_num_batched_tokens < 1) {
     fail("max_num_batched_tokens is {}; it must be at least 1", config.max_num_batched_tokens);
   }
+  if (config.num_speculative_tokens < 0) {
+    fail("num_speculative_tokens is {}; it must be at least 0", config.num_speculative_tokens);
+  }
   if (config.max_prompt_logprob_tokens < 1) {
     fail("max_prompt_logprob_tokens is {}; it must be at least 1",
          config.max_prompt_logprob_tokens);
@@ -43,6 +46,7 @@ void Scheduler::release_blocks(Request* request) {
 void Scheduler::preempt(Request* request) {
   release_blocks(request);
   request->num_computed = 0;
+  request->draft_computed = 0;
   request->status = RequestStatus::kPreempted;
   waiting_.push_front(request);
   ++preemptions_;
@@ -56,6 +60,16 @@ int64_t Scheduler::chunk_tokens(const Request& request, int64_t first, int64_t b
     prompt_logprob_tokens -= count;
   }
   return count;
+}
+
+int64_t Scheduler::drafts_for(const Request& request, int64_t budget) const {
+  if (config_.num_speculative_tokens == 0 || request.num_computed + 1 != request.num_tokens() ||
+      !request.can_draft()) {
+    return 0;
+  }
+  // Kept drafts and the token after them all count against max_tokens.
+  const int64_t left = request.params.max_tokens - request.num_output_tokens() - 1;
+  return std::max<int64_t>(0, std::min({config_.num_speculative_tokens, budget, left}));
 }
 
 std::vector<ScheduledChunk> Scheduler::schedule() {
@@ -72,8 +86,17 @@ std::vector<ScheduledChunk> Scheduler::schedule() {
       ++i;
       continue;
     }
+    // Drafts leave a token of the budget for each running request after this one.
+    const int64_t later = static_cast<int64_t>(running_.size() - i - 1);
+    int64_t drafts = drafts_for(*request, budget - count - later);
+    int64_t slots = request->num_computed + count + drafts;
     bool scheduled = true;
-    while (!blocks_.can_allocate(request->kv_row, request->num_computed + count)) {
+    while (!blocks_.can_allocate(request->kv_row, slots)) {
+      if (drafts > 0) {  // drafts never cost another request its blocks
+        slots -= drafts;
+        drafts = 0;
+        continue;
+      }
       Request* victim = running_.back();
       running_.pop_back();
       preempt(victim);
@@ -84,9 +107,9 @@ std::vector<ScheduledChunk> Scheduler::schedule() {
       }
     }
     if (!scheduled) break;
-    blocks_.allocate_slots(request->kv_row, request->num_computed + count);
-    chunks.push_back({request, request->num_computed, count});
-    budget -= count;
+    blocks_.allocate_slots(request->kv_row, slots);
+    chunks.push_back({request, request->num_computed, count, drafts});
+    budget -= count + drafts;
     ++i;
   }
   // Waiting requests in arrival order (preempted ones first), unless this step preempted. Each is
@@ -108,6 +131,7 @@ std::vector<ScheduledChunk> Scheduler::schedule() {
     if (hit.num_tokens > 0) blocks_.adopt_prefix(request->kv_row, hit);
     blocks_.allocate_slots(request->kv_row, first + count);
     request->num_computed = first;
+    request->draft_computed = first;  // a prefix hit brings a draft model's K/V with the target's
     waiting_.pop_front();
     running_.push_back(request);
     request->status = RequestStatus::kRunning;

@@ -20,13 +20,25 @@ struct SchedulerConfig {
   // Prompt tokens per step whose log-probabilities are computed: each needs a vocabulary-wide
   // logits row, so a request that asks for them has its prompt chunked to this many.
   int64_t max_prompt_logprob_tokens = 512;
+  // Speculative decoding: drafts verified per decoding request and step (0: none). Each takes a
+  // slot of the request's blocks and a token of the budget.
+  int64_t num_speculative_tokens = 0;
 };
 
-// One request's share of a step: tokens [first, first + num_tokens) of its token_ids.
+// One request's share of a step: tokens [first, first + num_tokens) of its token_ids, then, when
+// verifying drafts, the first num_drafts of its draft_token_ids at the positions that follow.
 struct ScheduledChunk {
   Request* request = nullptr;
   int64_t first = 0;  // the first token computed this step (== num_computed before it)
   int64_t num_tokens = 0;
+  int64_t num_drafts = 0;
+
+  int64_t total() const { return num_tokens + num_drafts; }  // the rows it puts in the step
+  // The id of its row `i` (0 <= i < total()).
+  int32_t token(int64_t i) const {
+    return i < num_tokens ? request->token_ids[first + i]
+                          : request->draft_token_ids[i - num_tokens];
+  }
 };
 
 class Scheduler {
@@ -38,7 +50,8 @@ class Scheduler {
   void remove(Request* request);
   // This step's work; blocks for it are reserved. Empty only when nothing can run.
   std::vector<ScheduledChunk> schedule();
-  // After the forward pass: advances the chunks' requests, records their full blocks in the
+  // After the forward pass (with each chunk's num_tokens counting the drafts it kept, and
+  // num_drafts 0): advances the chunks' requests, records their full blocks in the
   // prefix cache and frees sliding blocks out of reach.
   void complete(const std::vector<ScheduledChunk>& chunks);
 
@@ -57,6 +70,9 @@ class Scheduler {
   // (which it spends).
   int64_t chunk_tokens(const Request& request, int64_t first, int64_t budget,
                        int64_t& prompt_logprob_tokens) const;
+  // Drafts to verify after a decoding request's next token, within `budget` tokens of the step:
+  // none while it cannot draft, and never more than can still be kept before max_tokens.
+  int64_t drafts_for(const Request& request, int64_t budget) const;
   void release_blocks(Request* request);  // frees its row and blocks, if it holds any
 
   SchedulerConfig config_;

@@ -175,6 +175,22 @@ std::vector<KvLayer> build_kv_layers(const ModelConfig& target, const ModelConfi
                  options.draft_backend != nullptr ? options.draft_backend : options.backend,
                  options);
   }
+  // A drafter layer that reads the target's sliding cache queries one position past the cached
+  // tokens and sees its window + 1 of them: two tokens further back than the target's next query.
+  // Sliding caches of that spec keep them (the spec's window bounds which blocks are freed; each
+  // layer's attention masks with its own).
+  for (const KvLayer& reader : layers) {
+    if (reader.attention.kv_source != KvSource::kTargetLastOfKind ||
+        reader.attention.kind != AttentionKind::kSliding) {
+      continue;
+    }
+    const KvSpec source_spec = *layers[reader.source].spec;
+    const int64_t reach = reader.attention.sliding_window + 2;
+    if (reach <= source_spec.sliding_window) continue;
+    for (KvLayer& owner : layers) {
+      if (owner.owns_kv() && *owner.spec == source_spec) owner.spec->sliding_window = reach;
+    }
+  }
   bool any_owner = false;
   for (const KvLayer& layer : layers)
     any_owner = any_owner || layer.owns_kv();

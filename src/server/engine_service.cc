@@ -41,9 +41,9 @@ void RequestHandle::push(RequestDelta delta, std::string error) {
 }
 
 EngineService::EngineService(CausalLm& model, const KvCachePlan& plan, const KvCache& cache,
-                             const EngineConfig& config)
+                             const EngineConfig& config, Drafter* drafter)
     : plan_(plan),
-      engine_(model, plan, cache, config),
+      engine_(model, plan, cache, config, drafter),
       time_to_first_token_({0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1,
                             2.5, 5, 7.5, 10, 20, 40, 80}),
       inter_token_latency_({0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1, 2.5,
@@ -228,6 +228,24 @@ std::string EngineService::metrics_text() const {
                        static_cast<double>(stats_.prompt_tokens));
   out += render_metric("pagoda:generation_tokens_total", "counter", "Tokens generated.",
                        static_cast<double>(stats_.generated_tokens));
+  if (!stats_.spec_accepted_per_position.empty()) {
+    // Speculative decoding, under vLLM's spec_decode names.
+    out += render_metric("pagoda:spec_decode_num_drafts_total", "counter",
+                         "Verify rounds: a request's drafts checked in a step.",
+                         static_cast<double>(stats_.spec_rounds));
+    out += render_metric("pagoda:spec_decode_num_draft_tokens_total", "counter",
+                         "Draft tokens proposed.", static_cast<double>(stats_.spec_draft_tokens));
+    out +=
+        render_metric("pagoda:spec_decode_num_accepted_tokens_total", "counter",
+                      "Draft tokens accepted.", static_cast<double>(stats_.spec_accepted_tokens));
+    const std::string name = "pagoda:spec_decode_num_accepted_tokens_per_pos_total";
+    out += fmt::format(
+        "# HELP {} Rounds that accepted the draft at each position.\n# TYPE {} counter\n", name,
+        name);
+    for (size_t j = 0; j < stats_.spec_accepted_per_position.size(); ++j)
+      out +=
+          fmt::format("{}{{position=\"{}\"}} {}\n", name, j, stats_.spec_accepted_per_position[j]);
+  }
   out += time_to_first_token_.render("pagoda:time_to_first_token_seconds",
                                      "Time from a request's arrival to its first token.");
   out += inter_token_latency_.render("pagoda:inter_token_latency_seconds",

@@ -51,9 +51,9 @@ class RequestHandle {
 
 class EngineService {
  public:
-  // Starts the thread. The model, plan and cache must outlive the service.
+  // Starts the thread. The model, plan, cache and drafter must outlive the service.
   EngineService(CausalLm& model, const KvCachePlan& plan, const KvCache& cache,
-                const EngineConfig& config);
+                const EngineConfig& config, Drafter* drafter = nullptr);
   ~EngineService();  // stops the thread; unfinished requests are dropped
   EngineService(const EngineService&) = delete;
   EngineService& operator=(const EngineService&) = delete;

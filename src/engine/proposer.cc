@@ -1,0 +1,241 @@
+#include "engine/proposer.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "engine/sampler.h"
+#include "model/causal_lm.h"
+
+namespace pagoda {
+namespace {
+
+// Draft `index` of `request` from a row of the drafter's logits: the argmax for a greedy request;
+// else a draw from the filtered distribution, whose logits the acceptance rule needs, kept.
+void add_draft(Request& request, int64_t index, const float* logits, int64_t vocab) {
+  if (index == 0) {
+    request.draft_token_ids.clear();
+    request.draft_logits.clear();
+  }
+  const SamplingParams& params = request.params;
+  if (params.greedy()) {
+    request.draft_token_ids.push_back(sample_token(logits, vocab, params, 0.0));
+    return;
+  }
+  request.draft_token_ids.push_back(sample_token(logits, vocab, params, request.draft_rng));
+  request.draft_logits.insert(request.draft_logits.end(), logits, logits + vocab);
+}
+
+Tensor on_host(const Tensor& tensor) {
+  return tensor.device().is_cpu() ? tensor : tensor.to(Device::cpu());
+}
+
+int64_t model_layers(const KvCachePlan& plan) {
+  int64_t count = 0;
+  for (const KvLayer& layer : plan.layers)
+    count += layer.is_drafter() ? 0 : 1;
+  return count;
+}
+
+// A draft model with KV layers of its own after the target's in the pool.
+class DraftModelProposer final : public Proposer {
+ public:
+  DraftModelProposer(CausalLm& model, const KvCachePlan& plan, const KvCache& cache)
+      : model_(model), runner_(model, plan, cache, {.first_layer = model_layers(plan)}) {}
+
+  void propose(std::span<const ScheduledChunk> chunks, const KvCacheManager& blocks) override {
+    // The first forward catches up on every token the drafter has not seen, the last included,
+    // and drafts one; then one query per request for each further draft.
+    std::vector<ScheduledChunk> catch_up;
+    int64_t most = 0;
+    for (const ScheduledChunk& chunk : chunks) {
+      if (chunk.num_drafts == 0) continue;
+      Request& request = *chunk.request;
+      PAGODA_CHECK(request.draft_computed < request.num_tokens(),
+                   "request {}: the drafter has {} of {} tokens", request.id,
+                   request.draft_computed, request.num_tokens());
+      catch_up.push_back({&request, request.draft_computed,
+                          request.num_tokens() - request.draft_computed, chunk.num_drafts});
+      most = std::max(most, chunk.num_drafts);
+    }
+    if (catch_up.empty()) return;
+    std::vector<int64_t> one_row(catch_up.size(), 1);
+    std::vector<ScheduledChunk> runs = catch_up;
+    for (ScheduledChunk& run : runs)
+      run.num_drafts = 0;
+    const RunnerOutput first = runner_.execute(runs, one_row, blocks);
+    add_drafts(catch_up, first.logits, first.first_row, 0);
+    for (ScheduledChunk& run : catch_up)
+      run.request->draft_computed = run.request->num_tokens();
+    // Draft d (d >= 1) follows draft d - 1, fed at position num_tokens + d - 1.
+    for (int64_t d = 1; d < most; ++d) {
+      std::vector<QueryToken> queries;
+      std::vector<ScheduledChunk> drafting;
+      for (const ScheduledChunk& run : catch_up) {
+        if (run.num_drafts <= d) continue;
+        const Request& request = *run.request;
+        const int64_t position = request.num_tokens() + d - 1;
+        queries.push_back({.request = &request,
+                           .token = request.draft_token_ids[d - 1],
+                           .position = position,
+                           .seq_len = position + 1,
+                           .writes = true});
+        drafting.push_back(run);
+      }
+      const Tensor logits =
+          model_.compute_logits(model_.forward(runner_.prepare_queries(queries, blocks)));
+      std::vector<int64_t> rows(drafting.size());
+      for (size_t r = 0; r < rows.size(); ++r)
+        rows[r] = static_cast<int64_t>(r);
+      add_drafts(drafting, logits, rows, d);
+    }
+  }
+
+  void after_step(std::span<const ScheduledChunk> chunks,
+                  std::span<const std::vector<SampledToken>> tokens,
+                  std::span<const int64_t> logits_rows, const RunnerOutput& output,
+                  const KvCacheManager& blocks) override {
+    (void)tokens;
+    (void)logits_rows;
+    (void)output;
+    // The drafter runs every chunk the target ran without drafts, so it never catches up on a
+    // whole prompt at once, and the blocks the prefix cache records hold its K/V too. Drafts it
+    // wrote K/V for and the target kept count as its own.
+    std::vector<ScheduledChunk> prompts;
+    for (size_t i = 0; i < chunks.size(); ++i) {
+      const ScheduledChunk& chunk = chunks[i];
+      Request& request = *chunk.request;
+      if (chunk.num_drafts > 0) {
+        // It wrote K/V for the drafts it fed back: all but the last.
+        const int64_t kept = static_cast<int64_t>(tokens[i].size()) - 1;
+        request.draft_computed = chunk.first + 1 + std::min(kept, chunk.num_drafts - 1);
+        continue;
+      }
+      const int64_t end = chunk.first + chunk.num_tokens;
+      if (request.draft_computed >= end) continue;
+      prompts.push_back({&request, request.draft_computed, end - request.draft_computed, 0});
+    }
+    if (prompts.empty()) return;
+    model_.forward(runner_.prepare(prompts, blocks));
+    for (const ScheduledChunk& chunk : prompts)
+      chunk.request->draft_computed = chunk.first + chunk.num_tokens;
+  }
+
+ private:
+  // Draft `index` of each run's request from logits row rows[r] (on the model's device).
+  void add_drafts(std::span<const ScheduledChunk> runs, const Tensor& logits,
+                  std::span<const int64_t> rows, int64_t index) {
+    const Tensor host = on_host(logits);
+    const int64_t vocab = host.size(1);
+    for (size_t r = 0; r < runs.size(); ++r)
+      add_draft(*runs[r].request, index, host.data<float>() + rows[r] * vocab, vocab);
+  }
+
+  CausalLm& model_;
+  ModelRunner runner_;
+};
+
+// The Gemma 4 assistant, reading the target's caches.
+class AssistantProposer final : public Proposer {
+ public:
+  AssistantProposer(Gemma4Model& target, const Gemma4Assistant& assistant, const KvCachePlan& plan,
+                    const KvCache& cache)
+      : target_(target),
+        assistant_(assistant),
+        runner_(target, plan, cache, {.first_layer = model_layers(plan)}) {}
+
+  void propose(std::span<const ScheduledChunk> chunks, const KvCacheManager& blocks) override {
+    // One query per request at the position of its last token (not yet in the cache), over
+    // everything cached; every drafting step reuses it.
+    std::vector<QueryToken> queries;
+    std::vector<Request*> requests;
+    std::vector<int64_t> wanted;
+    int64_t most = 0;
+    for (const ScheduledChunk& chunk : chunks) {
+      if (chunk.num_drafts == 0) continue;
+      Request& request = *chunk.request;
+      PAGODA_CHECK(request.draft_hidden.defined(), "request {} has no hidden state to draft from",
+                   request.id);
+      queries.push_back({.request = &request,
+                         .token = request.token_ids.back(),
+                         .position = request.num_computed,
+                         .seq_len = request.num_computed,
+                         .writes = false});
+      requests.push_back(&request);
+      wanted.push_back(chunk.num_drafts);
+      most = std::max(most, chunk.num_drafts);
+    }
+    if (requests.empty()) return;
+    const int64_t rows = static_cast<int64_t>(requests.size());
+    const ForwardBatch& batch = runner_.prepare_queries(queries, blocks);
+    Tensor state = Tensor::empty({rows, requests[0]->draft_hidden.size(1)}, DType::kF32);
+    std::vector<int32_t> tokens;
+    for (int64_t r = 0; r < rows; ++r) {
+      state.select(0, r).copy_from(requests[r]->draft_hidden.select(0, 0));
+      tokens.push_back(requests[r]->token_ids.back());
+    }
+    for (int64_t d = 0; d < most; ++d) {
+      const DraftStep out = assistant_.step(target_.embed(tokens), state, batch);
+      const Tensor logits = on_host(out.logits);
+      const int64_t vocab = logits.size(1);
+      for (int64_t r = 0; r < rows; ++r) {
+        // A request that wants fewer drafts rides along; what it would draft later is dropped.
+        if (d >= wanted[r]) continue;
+        add_draft(*requests[r], d, logits.data<float>() + r * vocab, vocab);
+        tokens[r] = requests[r]->draft_token_ids.back();
+      }
+      state = out.hidden;
+    }
+  }
+
+  void after_step(std::span<const ScheduledChunk> chunks,
+                  std::span<const std::vector<SampledToken>> tokens,
+                  std::span<const int64_t> logits_rows, const RunnerOutput& output,
+                  const KvCacheManager& blocks) override {
+    (void)blocks;
+    // The hidden state at the row that produced each request's newest token.
+    for (size_t i = 0; i < chunks.size(); ++i) {
+      if (tokens[i].empty()) continue;
+      const int64_t row = output.first_row[i] + (chunks[i].num_drafts > 0
+                                                     ? static_cast<int64_t>(tokens[i].size()) - 1
+                                                     : logits_rows[i] - 1);
+      chunks[i].request->draft_hidden = output.hidden.narrow(0, row, 1).contiguous();
+    }
+  }
+
+ private:
+  Gemma4Model& target_;
+  const Gemma4Assistant& assistant_;
+  ModelRunner runner_;
+};
+
+}  // namespace
+
+Drafter load_drafter(const SpeculativeConfig& config, Device device,
+                     std::optional<DType> dummy_dtype, uint64_t seed) {
+  Drafter drafter{.config = config};
+  WeightSource weights = dummy_dtype ? WeightSource::dummy(*dummy_dtype, seed)
+                                     : WeightSource::from_checkpoint(config.model_dir);
+  weights.set_device(device);
+  if (config.method == SpeculativeMethod::kMtp) {
+    if (!device.is_cpu()) {
+      fail("--speculative-config: the Gemma 4 assistant (\"mtp\") drafts on the CPU only so far");
+    }
+    drafter.assistant = std::make_unique<Gemma4Assistant>(config.drafter, weights);
+  } else {
+    drafter.model = build_causal_lm(config.drafter, weights);
+  }
+  return drafter;
+}
+
+std::unique_ptr<Proposer> make_proposer(CausalLm& target, Drafter& drafter, const KvCachePlan& plan,
+                                        const KvCache& cache) {
+  if (drafter.model) return std::make_unique<DraftModelProposer>(*drafter.model, plan, cache);
+  auto* gemma4 = dynamic_cast<Gemma4Model*>(&target);
+  if (gemma4 == nullptr) {
+    fail("--speculative-config: the Gemma 4 assistant drafts for a Gemma 4 target only");
+  }
+  PAGODA_CHECK(drafter.assistant != nullptr, "a drafter with neither a model nor an assistant");
+  return std::make_unique<AssistantProposer>(*gemma4, *drafter.assistant, plan, cache);
+}
+
+}  // namespace pagoda

@@ -1,0 +1,58 @@
+// Drafters for speculative decoding, behind one interface. Before a step, a proposer fills the
+// request of every chunk that verifies drafts with chunk.num_drafts tokens (draft_token_ids, and
+// for a sampling request the drafter's logits they were drawn from); the target then scores them
+// all in one forward (engine/spec_acceptance.h decides which stay). After the step the proposer
+// sees what the target computed, to keep what it drafts from next time.
+//
+// Two kinds:
+// - the Gemma 4 assistant ("mtp"): it owns no KV and reads the target's caches; it drafts from the
+//   target's embedding of the last token and the target's hidden state that produced it, chaining
+//   K steps at one position;
+// - a draft model ("draft_model"): a causal LM with KV layers of its own in the target's pool. It
+//   runs over every prompt chunk the target runs, keeps its own computed length per request
+//   (Request::draft_computed), catches up on the tokens the target kept, and drafts one token a
+//   forward.
+#pragma once
+
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "engine/model_runner.h"
+#include "engine/speculative_config.h"
+#include "model/arch/gemma4_assistant.h"
+
+namespace pagoda {
+
+// A loaded drafter: the draft model, or the assistant.
+struct Drafter {
+  SpeculativeConfig config;
+  std::unique_ptr<CausalLm> model;             // with "draft_model"
+  std::unique_ptr<Gemma4Assistant> assistant;  // with "mtp"
+};
+
+// Loads the drafter `config` names from its checkpoint (or dummy weights of `dummy_dtype` when
+// given), on `device`. Error for a bad checkpoint, or a drafter this build cannot run there.
+Drafter load_drafter(const SpeculativeConfig& config, Device device,
+                     std::optional<DType> dummy_dtype = std::nullopt, uint64_t seed = 0);
+
+class Proposer {
+ public:
+  virtual ~Proposer() = default;
+  // Drafts for the chunks with num_drafts > 0 (scheduled, blocks allocated for their drafts).
+  virtual void propose(std::span<const ScheduledChunk> chunks, const KvCacheManager& blocks) = 0;
+  // After the target's forward and sampling: chunk i produced tokens[i] (the kept drafts and the
+  // token after them), and the hidden states of its logits rows start at output.first_row[i].
+  virtual void after_step(std::span<const ScheduledChunk> chunks,
+                          std::span<const std::vector<SampledToken>> tokens,
+                          std::span<const int64_t> logits_rows, const RunnerOutput& output,
+                          const KvCacheManager& blocks) = 0;
+};
+
+// The proposer of `drafter` for `target`, over the pool `plan` and `cache` planned with the
+// drafter's layers after the target's. Error when the pair cannot run together (an "mtp" drafter
+// with a target that is not Gemma 4).
+std::unique_ptr<Proposer> make_proposer(CausalLm& target, Drafter& drafter, const KvCachePlan& plan,
+                                        const KvCache& cache);
+
+}  // namespace pagoda
