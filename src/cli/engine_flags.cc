@@ -172,7 +172,7 @@ std::unique_ptr<Drafter> load_engine_drafter(const EngineModels& models, const E
   }
   return std::make_unique<Drafter>(load_drafter(*models.speculative, engine_device(flags),
                                                 dummy_dtype(models.speculative->drafter, flags),
-                                                flags.seed + 1));
+                                                flags.seed));
 }
 
 std::string describe_spec_stats(const GenerationStats& stats) {

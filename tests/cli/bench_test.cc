@@ -111,5 +111,31 @@ TEST(BenchCliTest, BadShapesAndSamplingFailWithOneLineNamingTheFlag) {
   }
 }
 
+// With --speculative-config the report carries the acceptance counters of the timed iterations;
+// a model that drafts for itself keeps every draft.
+TEST(BenchCliTest, ReportsSpeculativeDecoding) {
+  const CliRun run = run_bench(
+      "--batch-size 2 --input-len 8 --output-len 9 --num-iters 1 --json --speculative-config "
+      "'{\"model\": \"" +
+      kFixtures + "llama-tiny\", \"num_speculative_tokens\": 4}'");
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  const nlohmann::json report = nlohmann::json::parse(run.out);
+  const nlohmann::json& spec = report["speculative"];
+  EXPECT_EQ(spec["method"], "draft_model");
+  EXPECT_EQ(spec["num_speculative_tokens"], 4);
+  // Dummy weights from one seed: the drafter is the target. After the prefill's token, 8 more
+  // per request: a round of 4 drafts and its bonus, then one of the 2 drafts max_tokens leaves.
+  EXPECT_EQ(spec["rounds"], 2 * 2);
+  EXPECT_EQ(spec["draft_tokens"], 2 * (4 + 2));
+  EXPECT_EQ(spec["accepted_tokens"], spec["draft_tokens"]);
+  EXPECT_DOUBLE_EQ(spec["acceptance_rate"].get<double>(), 1.0);
+  EXPECT_EQ(spec["acceptance_per_position"].size(), 4u);
+  EXPECT_EQ(report["decode_steps"], 2);
+  EXPECT_TRUE(nlohmann::json::parse(run_bench("--batch-size 1 --input-len 4 --output-len 2 "
+                                              "--num-iters 1 --json")
+                                        .out)["speculative"]
+                  .is_null());
+}
+
 }  // namespace
 }  // namespace pagoda

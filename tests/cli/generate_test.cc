@@ -327,5 +327,54 @@ TEST(GenerateCliTest, CheckWeightsRefusesNaN) {
   std::system(("rm -rf " + dir).c_str());
 }
 
+// --speculative-config: the embedded model drafts with its own assistant and prints the same text;
+// --stats counts the drafts.
+TEST(GenerateCliTest, SpeculativeDecodingPrintsTheSameText) {
+  const std::string args = "\"In the beginning\" --max-tokens 40 --stats";
+  const CliRun plain = run_pagoda("generate " + args);
+  const CliRun spec =
+      run_pagoda("generate " + args + " --speculative-config '{\"num_speculative_tokens\": 3}'");
+  ASSERT_EQ(plain.exit_code, 0) << plain.err;
+  ASSERT_EQ(spec.exit_code, 0) << spec.err;
+  EXPECT_EQ(spec.out, plain.out);
+  EXPECT_EQ(plain.err.find("spec rounds"), std::string::npos);
+  EXPECT_NE(spec.err.find("spec rounds"), std::string::npos) << spec.err;
+  EXPECT_NE(spec.err.find("accepted/position"), std::string::npos) << spec.err;
+  // A draft model from another directory, in a JSON run.
+  const std::string model = std::string(PAGODA_SOURCE_DIR) + "/tests/fixtures/";
+  const CliRun draft = run_generate(
+      "--prompt-ids 5,6,7 --max-tokens 12 --json "
+      "--speculative-config '{\"method\": \"draft_model\", \"model\": \"" +
+      model + "llama3-rope-tiny\", \"num_speculative_tokens\": 2}'");
+  const CliRun alone = run_generate("--prompt-ids 5,6,7 --max-tokens 12 --json");
+  ASSERT_EQ(draft.exit_code, 0) << draft.err;
+  EXPECT_EQ(draft.out, alone.out);
+}
+
+// Bad combinations stop before anything loads, with one line naming the reason.
+TEST(GenerateCliTest, SpeculativeConfigErrorsNameTheReason) {
+  const std::string fixtures = std::string(PAGODA_SOURCE_DIR) + "/tests/fixtures/";
+  const struct {
+    std::string config;
+    std::string says;
+  } cases[] = {
+      {R"({"num_speculative_tokens": 0})", "1..16"},
+      {R"({"num_speculative_tokens": 2, "model": ")" + fixtures + R"(byte-tokenizer"})",
+       "config.json"},
+      {R"({"num_speculative_tokens": 2, "typo": 1})", "typo"},
+      {R"({"num_speculative_tokens": 2, "model": ")" + fixtures + R"(gemma4-assistant-tiny"})",
+       "vocabularies differ"},
+      {"{", "JSON"},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.config);
+    const CliRun run =
+        run_pagoda("generate x --max-tokens 2 --speculative-config '" + c.config + "'");
+    EXPECT_EQ(run.exit_code, 1);
+    EXPECT_NE(run.err.find(c.says), std::string::npos) << run.err;
+    EXPECT_EQ(std::count(run.err.begin(), run.err.end(), '\n'), 1) << run.err;
+  }
+}
+
 }  // namespace
 }  // namespace pagoda

@@ -117,5 +117,30 @@ TEST(EngineServiceTest, AFailedStepFailsOnlyItsRequests) {
   EXPECT_TRUE(service.healthy());
 }
 
+// With a drafter, /metrics carries vLLM's spec_decode counters: here the model drafts for itself,
+// so every draft is kept and each position's count equals the rounds.
+TEST(EngineServiceTest, MetricsCountSpeculativeDecoding) {
+  TinyModel tiny;
+  const std::string dir = std::string(PAGODA_SOURCE_DIR) + "/tests/fixtures/llama-tiny";
+  SpeculativeConfig spec = parse_speculative_config(
+      R"({"model": ")" + dir + R"(", "num_speculative_tokens": 2})", dir, tiny.config);
+  Drafter drafter = load_drafter(spec, Device::cpu());
+  tiny.plan = plan_on_cpu(tiny.config, &spec.drafter, {.block_size = 4, .num_blocks = 300});
+  tiny.memory = allocate_kv_cache(tiny.plan, Device::cpu());
+  EngineService service(*tiny.model, tiny.plan, tiny.memory, tiny.engine, &drafter);
+  auto handle = service.submit(request(10, 7));  // 1 token from the prefill, then 2 rounds of 3
+  auto [tokens, reason] = drain(*handle);
+  EXPECT_EQ(tokens.size(), 7u);
+  // The counters catch up at the engine's next step.
+  drain(*service.submit(request(12, 1)));
+  const std::string metrics = service.metrics_text();
+  EXPECT_EQ(metric(metrics, "pagoda:spec_decode_num_drafts_total"), 2);
+  EXPECT_EQ(metric(metrics, "pagoda:spec_decode_num_draft_tokens_total"), 4);
+  EXPECT_EQ(metric(metrics, "pagoda:spec_decode_num_accepted_tokens_total"), 4);
+  EXPECT_NE(metrics.find("pagoda:spec_decode_num_accepted_tokens_per_pos_total{position=\"1\"} 2"),
+            std::string::npos)
+      << metrics;
+}
+
 }  // namespace
 }  // namespace pagoda
