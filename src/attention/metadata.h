@@ -7,10 +7,16 @@
 
 namespace pagoda {
 
-// Token order is decodes first: [0, num_decode_tokens) are the one-token queries of decoding
-// sequences, then prefill chunks. Rows at and past num_actual_tokens are padding.
+// The most query rows of a decoding sequence: its newest token and up to 16 drafts to verify.
+inline constexpr int64_t kMaxDecodeQueryLen = 17;
+
+// Sequence order is decodes first: the first num_decode_seqs sequences decode, each with at most
+// kMaxDecodeQueryLen query rows after a non-empty cache (one token, or a token and the drafts that
+// follow it), [0, num_decode_tokens) of the rows; then prefill chunks. Rows at and past
+// num_actual_tokens are padding.
 struct AttentionMetadata {
   int64_t num_actual_tokens = 0;
+  int64_t num_decode_seqs = 0;
   int64_t num_decode_tokens = 0;
   std::vector<int64_t>
       query_start;  // [num_seqs + 1]: sequence s has query rows [start[s], start[s+1])
@@ -24,6 +30,11 @@ struct AttentionMetadata {
   std::vector<int64_t> slot_mapping;  // [num_actual_tokens]: block * block_size + offset; -1 skips
 
   int64_t num_seqs() const { return static_cast<int64_t>(seq_lens.size()); }
+  // The query rows of each decoding sequence when they all have as many (a CUDA graph's step, whose
+  // padding sequences get as many too); 1 without decodes.
+  int64_t decode_query_len() const {
+    return num_decode_seqs > 0 ? num_decode_tokens / num_decode_seqs : 1;
+  }
   const int32_t* blocks_of(int64_t seq) const {
     return block_table.data() + block_table_rows[seq] * block_table_stride;
   }

@@ -17,9 +17,9 @@ namespace {
 // Batch sizes decode graphs are captured at: 1, 2, 4, 8, then multiples of 8 up to 256.
 constexpr int64_t kMaxGraphBatch = 256;
 
-// One token after a non-empty cache.
+// One token after a non-empty cache, with any drafts to verify.
 bool is_decode(const ScheduledChunk& chunk) {
-  return chunk.total() == 1 && chunk.first > 0;
+  return chunk.num_tokens == 1 && chunk.first > 0;
 }
 
 #if PAGODA_HAVE_CUDA
@@ -79,6 +79,7 @@ void ModelRunner::begin_step(int64_t num_tokens, const KvCacheManager& blocks) {
   for (size_t g = 0; g < plan_.groups.size(); ++g) {
     AttentionMetadata& meta = metadata_[g];
     meta.num_actual_tokens = num_tokens;
+    meta.num_decode_seqs = 0;
     meta.num_decode_tokens = 0;
     meta.block_table = blocks.table_data(g);
     meta.block_table_stride = blocks.table_stride(g);
@@ -99,7 +100,10 @@ void ModelRunner::add_sequence(const Request& request, int64_t num_queries, int6
     AttentionMetadata& meta = metadata_[g];
     const int64_t block_size = plan_.groups[g].spec.page.block_size;
     const int32_t* table = meta.block_table.data() + row * meta.block_table_stride;
-    if (decode) meta.num_decode_tokens += 1;
+    if (decode) {
+      meta.num_decode_seqs += 1;
+      meta.num_decode_tokens += num_queries;
+    }
     meta.query_start.push_back(meta.query_start.back() + num_queries);
     meta.seq_lens.push_back(seq_len);
     meta.block_table_rows.push_back(row);
@@ -204,7 +208,11 @@ RunnerOutput ModelRunner::execute(std::span<const ScheduledChunk> chunks,
       rows.push_back(t);
     token += count;
   }
-  const bool decode_only = std::all_of(chunks.begin(), chunks.end(), is_decode);
+  // A graph runs decode steps whose sequences all have one query length: one token each, or a
+  // token and as many drafts.
+  const bool decode_only = std::all_of(chunks.begin(), chunks.end(), [&](const ScheduledChunk& c) {
+    return is_decode(c) && c.total() == chunks.front().total();
+  });
   const int64_t count = static_cast<int64_t>(rows.size());
   if (on_device() && !enforce_eager_ && !model_.synchronizes_with_host() && decode_only &&
       count <= kMaxGraphBatch && count == token) {
@@ -228,17 +236,19 @@ Tensor ModelRunner::select_rows(const Tensor& hidden, const std::vector<int64_t>
   return selected;
 }
 
-// The first step at a padded size runs eagerly (sizing every cached buffer), records a graph and
-// replays it; later steps at that size only upload their inputs and replay it. Padding rows are
-// sequences of one token over the null block, written nowhere; their logits are dropped.
+// The first step at a padded size and query length runs eagerly (sizing every cached buffer),
+// records a graph and replays it; later steps at that size only upload their inputs and replay it.
+// Padding rows are sequences of as many tokens over the null block, written nowhere; their logits
+// are dropped.
 void ModelRunner::run_decode_graph(std::span<const ScheduledChunk> ordered,
                                    const KvCacheManager& blocks, RunnerOutput& output) {
 #if PAGODA_HAVE_CUDA
   const int64_t batch = static_cast<int64_t>(ordered.size());
+  const int64_t query_len = ordered.front().total();
   const int64_t padded = graph_batch_size(batch);
-  const ForwardBatch& inputs =
-      prepare(ordered, blocks, padded - batch, {.padding_seqs = padded - batch, .graph = true});
-  std::unique_ptr<DecodeGraph>& entry = graphs_[padded];
+  const ForwardBatch& inputs = prepare(ordered, blocks, (padded - batch) * query_len,
+                                       {.padding_seqs = padded - batch, .graph = true});
+  std::unique_ptr<DecodeGraph>& entry = graphs_[{padded, query_len}];
   if (!entry || entry->generation != generation()) {
     // An eager run sizes every cached buffer, so the capture allocates nothing; its logits are
     // dropped to free theirs, and the replay below computes the step again (rewriting the same
@@ -252,8 +262,8 @@ void ModelRunner::run_decode_graph(std::span<const ScheduledChunk> ordered,
     entry->generation = generation();
   }
   entry->graph.replay();
-  output.hidden = entry->hidden.narrow(0, 0, batch);
-  output.logits = entry->logits.narrow(0, 0, batch);
+  output.hidden = entry->hidden.narrow(0, 0, batch * query_len);
+  output.logits = entry->logits.narrow(0, 0, batch * query_len);
 #else
   (void)ordered;
   (void)blocks;

@@ -25,7 +25,8 @@ struct RunnerOptions {
   // The plan index of the model's first attention layer: 0 for the target, the target's layer
   // count for a drafter planned in the same pool.
   int64_t first_layer = 0;
-  // On a GPU, decode-only steps replay CUDA graphs captured per padded batch size unless set.
+  // On a GPU, decode-only steps replay CUDA graphs captured per padded batch size and query length
+  // (1 + drafts) unless set.
   bool enforce_eager = false;
 };
 
@@ -101,7 +102,8 @@ class ModelRunner {
   Tensor device_positions_;                            // [capacity] int64, on a GPU
   int64_t token_buffers_ = 0;                          // allocations of the two above
   struct DecodeGraph;
-  std::map<int64_t, std::unique_ptr<DecodeGraph>> graphs_;  // by padded batch size
+  // By padded batch size and query rows per sequence.
+  std::map<std::pair<int64_t, int64_t>, std::unique_ptr<DecodeGraph>> graphs_;
 };
 
 }  // namespace pagoda

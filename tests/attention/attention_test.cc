@@ -33,6 +33,7 @@ struct AttentionCase {
   float softcap = 0.0f;
   bool sinks = false;
   Seqs seqs;                  // decodes (x, 1) first
+  int64_t verify_seqs = 0;    // the first ones decode all their new rows (a token and its drafts)
   int64_t padded_rows = 0;    // rows past num_actual_tokens
   int64_t graph_max_len = 0;  // > 0: a CUDA graph's step, for sequences of at most this many
 };
@@ -181,7 +182,10 @@ TEST_P(AttentionTest, MatchesDenseAttention) {
       seq.keys.push_back(draw());
     for (int64_t i = 0; i < total * c.kv_heads * c.head_v; ++i)
       seq.values.push_back(draw());
-    if (fresh == 1 && cached > 0) meta.num_decode_tokens += 1;
+    if (static_cast<int64_t>(seqs.size()) <= c.verify_seqs || (fresh == 1 && cached > 0)) {
+      meta.num_decode_seqs += 1;
+      meta.num_decode_tokens += fresh;
+    }
     meta.query_start.push_back(meta.query_start.back() + fresh);
     meta.seq_lens.push_back(total);
     for (int64_t p = cached; p < total; ++p)
@@ -449,6 +453,47 @@ std::vector<AttentionCase> cases() {
   c.head_k = c.head_v = 64;
   c.order = PageOrder::kHnd;
   c.sinks = true;
+  all.push_back(c);
+  // Verify steps: decodes of a token and its drafts, causal inside the draft window, in one or
+  // more row tiles, with and without KV splits.
+  c = llama("verify 2 to 8", {{700, 2}, {1500, 5}, {33, 8}, {4, 3}, {0, 37}, {100, 20}});
+  c.verify_seqs = 4;
+  c.padded_rows = 3;
+  all.push_back(c);
+  c = llama("verify split long", {{3000, 4}, {4100, 8}});
+  c.verify_seqs = 2;
+  all.push_back(c);
+  c = llama("verify padded pages", {{60, 4}, {900, 4}, {17, 4}});
+  c.verify_seqs = 3;
+  c.padding_bytes = 4096;
+  all.push_back(c);
+  c = llama("verify sliding softcap sinks", {{300, 6}, {40, 3}, {0, 12}});
+  c.verify_seqs = 2;
+  c.q_heads = 8;
+  c.kv_heads = 2;
+  c.head_k = c.head_v = 256;
+  c.window = 4;
+  c.softcap = 30.0f;
+  c.sinks = true;
+  all.push_back(c);
+  c = llama("verify 512 wide", {{3000, 5}, {200, 5}});
+  c.verify_seqs = 2;
+  c.q_heads = 8;
+  c.kv_heads = 2;
+  c.head_k = c.head_v = 512;
+  all.push_back(c);
+  c = llama("verify graph splits", {{5, 4}, {70, 4}, {300, 4}, {1200, 4}});
+  c.verify_seqs = 4;
+  c.q_heads = 8;
+  c.kv_heads = 2;
+  c.graph_max_len = 2400;
+  c.padded_rows = 4;
+  all.push_back(c);
+  c = {.label = "verify f32 window",
+       .q_heads = 8,
+       .window = 3,
+       .seqs = {{7, 3}, {20, 5}, {0, 9}},
+       .verify_seqs = 2};
   all.push_back(c);
   c = llama("prefill chunks", kPrefill);
   c.window = 64;

@@ -50,6 +50,7 @@ TEST(ModelRunnerTest, BuildsMetadataWithDecodesFirst) {
   EXPECT_EQ(seen.positions, (std::vector<int64_t>{32, 16, 17, 18, 19}));
   ASSERT_EQ(plan.groups.size(), 2u);
   const AttentionMetadata& full = runner.metadata(0);
+  EXPECT_EQ(full.num_decode_seqs, 1);
   EXPECT_EQ(full.num_decode_tokens, 1);
   EXPECT_EQ(full.query_start, (std::vector<int64_t>{0, 1, 5}));
   EXPECT_EQ(full.seq_lens, (std::vector<int64_t>{33, 20}));

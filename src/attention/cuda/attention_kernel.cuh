@@ -328,15 +328,18 @@ __global__ void __launch_bounds__(Shape<kDk, kDv, kRowTiles, kStages, kChunkKeys
   __syncthreads();
 
   const bool split_kv = splits > 1;
-  // Partial results and the counter of one (sequence, KV head, V slice).
+  // Partial results and the counter of one (sequence, KV head, row tile, V slice).
+  const int row_tiles = gridDim.z / (a.num_splits * a.dv_slices);
   const int64_t cta =
-      (static_cast<int64_t>(blockIdx.x) * a.num_kv_heads + kv_head) * a.dv_slices + slice;
+      ((static_cast<int64_t>(blockIdx.x) * a.num_kv_heads + kv_head) * row_tiles + row_tile) *
+          a.dv_slices +
+      slice;
   const int64_t partial_index = cta * a.num_splits + split;
   float* partial_o = a.partials + partial_index * 16 * kDv;
-  float* partial_lse =
-      a.partials +
-      static_cast<int64_t>(gridDim.x) * a.num_kv_heads * a.dv_slices * a.num_splits * 16 * kDv +
-      partial_index * 16;
+  float* partial_lse = a.partials +
+                       static_cast<int64_t>(gridDim.x) * a.num_kv_heads * row_tiles * a.dv_slices *
+                           a.num_splits * 16 * kDv +
+                       partial_index * 16;
   for (int i = threadIdx.x; i < rows_here * kDv; i += kThreads) {
     const int r = i / kDv;
     const int d = i % kDv;
@@ -365,7 +368,8 @@ __global__ void __launch_bounds__(Shape<kDk, kDv, kRowTiles, kStages, kChunkKeys
   }
   if (!split_kv) return;
 
-  // The last split of this (sequence, KV head) to finish merges every split's partial result.
+  // The last split of this (sequence, KV head, row tile, V slice) to finish merges every split's
+  // partial result.
   __shared__ bool is_last;
   __threadfence();
   __syncthreads();

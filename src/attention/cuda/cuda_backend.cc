@@ -14,7 +14,8 @@ class CudaAttentionPlan final : public AttentionPlan {
 
   void update(const AttentionMetadata& metadata, const AttentionStep& step) override {
     const int64_t seqs = metadata.num_seqs() + step.padding_seqs;
-    const int64_t tokens = metadata.num_actual_tokens + step.padding_seqs;
+    const int64_t tokens =
+        metadata.num_actual_tokens + step.padding_seqs * metadata.decode_query_len();
     const int64_t blocks_per_seq = metadata.block_table_stride;
     // Buffers for the largest step so far; a larger one replaces them, with room to grow.
     if (!device_ || seqs > seqs_ || tokens > tokens_ || blocks_per_seq > blocks_per_seq_) {

@@ -41,7 +41,7 @@ struct DeviceMetadata::Buffers {
 };
 
 DeviceMetadata::DeviceMetadata(int64_t max_seqs, int64_t max_tokens, int64_t max_blocks_per_seq,
-                             int64_t block_size)
+                               int64_t block_size)
     : buffers_(std::make_unique<Buffers>()),
       max_seqs_(max_seqs),
       max_tokens_(max_tokens),
@@ -62,12 +62,15 @@ DeviceMetadata::DeviceMetadata(int64_t max_seqs, int64_t max_tokens, int64_t max
 DeviceMetadata::~DeviceMetadata() = default;
 
 void DeviceMetadata::update(const AttentionMetadata& metadata, int64_t padding_seqs) {
-  PAGODA_CHECK(padding_seqs == 0 || metadata.num_decode_tokens == metadata.num_seqs(),
-               "only a decode-only step is padded");
   const int64_t real_seqs = metadata.num_seqs();
   const int64_t real_tokens = metadata.num_actual_tokens;
+  // Padding sequences have the decodes' query length, which a padded step keeps uniform.
+  const int64_t padding_len = metadata.decode_query_len();
+  PAGODA_CHECK(padding_seqs == 0 || (metadata.num_decode_seqs == real_seqs &&
+                                     metadata.num_decode_tokens == real_seqs * padding_len),
+               "only a decode-only step with one query length is padded");
   const int64_t seqs = real_seqs + padding_seqs;
-  const int64_t tokens = real_tokens + padding_seqs;
+  const int64_t tokens = real_tokens + padding_seqs * padding_len;
   if (seqs > max_seqs_ || tokens > max_tokens_) {
     fail("a step of {} sequences and {} tokens exceeds the attention plan's {} and {}", seqs,
          tokens, max_seqs_, max_tokens_);
@@ -82,20 +85,28 @@ void DeviceMetadata::update(const AttentionMetadata& metadata, int64_t padding_s
 
   num_seqs_ = seqs;
   num_actual_tokens_ = tokens;
-  num_decode_seqs_ = 0;
+  num_decode_seqs_ = metadata.num_decode_seqs;
+  max_decode_query_len_ = 0;
   max_prefill_query_len_ = 0;
   max_seq_len_ = 0;
   int64_t max_blocks = 1;
   for (int64_t s = 0; s < real_seqs; ++s) {
     const int64_t query_len = metadata.query_start[s + 1] - metadata.query_start[s];
-    if (s < metadata.num_decode_tokens) {
-      ++num_decode_seqs_;
+    if (s < metadata.num_decode_seqs) {
+      PAGODA_CHECK(query_len <= kMaxDecodeQueryLen && query_len < metadata.seq_lens[s],
+                   "decoding sequence {} has {} queries over {} tokens", s, query_len,
+                   metadata.seq_lens[s]);
+      max_decode_query_len_ = std::max(max_decode_query_len_, query_len);
     } else {
       max_prefill_query_len_ = std::max(max_prefill_query_len_, query_len);
     }
     max_seq_len_ = std::max(max_seq_len_, metadata.seq_lens[s]);
     max_blocks = std::max(max_blocks, (metadata.seq_lens[s] + block_size_ - 1) / block_size_);
   }
+  // Padding sequences: padding_len queries each over as many keys in the null block, written
+  // nowhere.
+  const int64_t padding_blocks = (padding_len + block_size_ - 1) / block_size_;
+  if (padding_seqs > 0) max_blocks = std::max(max_blocks, padding_blocks);
   if (max_blocks > max_blocks_per_seq_) {
     fail("a sequence of {} tokens needs {} blocks; the attention plan holds {}", max_seq_len_,
          max_blocks, max_blocks_per_seq_);
@@ -108,15 +119,17 @@ void DeviceMetadata::update(const AttentionMetadata& metadata, int64_t padding_s
     std::memcpy(table + s * max_blocks_per_seq_, metadata.blocks_of(s), blocks * 4);
   }
   std::memcpy(slots, metadata.slot_mapping.data(), real_tokens * 8);
-  // Padding sequences: one token each over one key in the null block, written nowhere.
   for (int64_t s = real_seqs; s < seqs; ++s) {
-    query_start[s + 1] = query_start[s] + 1;
-    seq_lens[s] = 1;
-    table[s * max_blocks_per_seq_] = 0;
-    slots[real_tokens + (s - real_seqs)] = -1;
+    query_start[s + 1] = static_cast<int32_t>(query_start[s] + padding_len);
+    seq_lens[s] = static_cast<int32_t>(padding_len);
+    std::fill_n(table + s * max_blocks_per_seq_, padding_blocks, 0);
   }
+  std::fill_n(slots + real_tokens, padding_seqs * padding_len, int64_t{-1});
   num_decode_seqs_ += padding_seqs;
-  max_seq_len_ = std::max<int64_t>(max_seq_len_, padding_seqs > 0 ? 1 : 0);
+  if (padding_seqs > 0) {
+    max_decode_query_len_ = std::max(max_decode_query_len_, padding_len);
+    max_seq_len_ = std::max(max_seq_len_, padding_len);
+  }
 
   const cudaStream_t s = stream();
   PAGODA_CUDA_CHECK(

@@ -23,9 +23,9 @@ class DeviceMetadata {
   DeviceMetadata& operator=(const DeviceMetadata&) = delete;
 
   // Copies the step's metadata to the device (asynchronously on cuda::stream()). A decode-only
-  // step may add `padding_seqs` sequences of one token over the null block, written nowhere, to
-  // reach a captured batch size. Throws Error when the step exceeds the sizes given at
-  // construction.
+  // step whose sequences all have L query rows may add `padding_seqs` sequences of L tokens over
+  // the null block, written nowhere, to reach a captured batch size. Throws Error when the step
+  // exceeds the sizes given at construction.
   void update(const AttentionMetadata& metadata, int64_t padding_seqs = 0);
 
   // Device arrays of the current step.
@@ -39,6 +39,7 @@ class DeviceMetadata {
   // Host copies of the step's sizes.
   int64_t num_seqs() const { return num_seqs_; }
   int64_t num_decode_seqs() const { return num_decode_seqs_; }
+  int64_t max_decode_query_len() const { return max_decode_query_len_; }
   int64_t num_actual_tokens() const { return num_actual_tokens_; }
   int64_t max_prefill_query_len() const { return max_prefill_query_len_; }
   int64_t max_seq_len() const { return max_seq_len_; }
@@ -59,7 +60,7 @@ class DeviceMetadata {
   struct Buffers;
   std::unique_ptr<Buffers> buffers_;
   int64_t max_seqs_, max_tokens_, max_blocks_per_seq_, block_size_;
-  int64_t num_seqs_ = 0, num_decode_seqs_ = 0, num_actual_tokens_ = 0;
+  int64_t num_seqs_ = 0, num_decode_seqs_ = 0, num_actual_tokens_ = 0, max_decode_query_len_ = 0;
   int64_t max_prefill_query_len_ = 0, max_seq_len_ = 0;
 };
 

@@ -165,10 +165,10 @@ void paged_attention(const AttentionLayerParams& params, const Tensor& query, co
   const int64_t dk = params.head_size_k;
   const int64_t dv = params.head_size_v;
   PAGODA_CHECK(key.defined() == value.defined(), "key and value must both be given or absent");
-  PAGODA_CHECK(hq % hkv == 0 && hq / hkv <= kMaxQueriesPerKvHead &&
-                   std::find(kHeadSizes.begin(), kHeadSizes.end(), std::pair{dk, dv}) !=
-                       kHeadSizes.end(),
-               "CUDA attention: {} query / {} KV heads of sizes {} / {}", hq, hkv, dk, dv);
+  PAGODA_CHECK(
+      hq % hkv == 0 && hq / hkv <= kMaxQueriesPerKvHead &&
+          std::find(kHeadSizes.begin(), kHeadSizes.end(), std::pair{dk, dv}) != kHeadSizes.end(),
+      "CUDA attention: {} query / {} KV heads of sizes {} / {}", hq, hkv, dk, dv);
   PAGODA_CHECK(query.dtype() == DType::kBF16 && output.dtype() == DType::kBF16 &&
                    cache.key.dtype() == DType::kBF16 && cache.value.dtype() == DType::kBF16,
                "CUDA attention needs bf16 queries, output and cache");
@@ -215,28 +215,32 @@ void paged_attention(const AttentionLayerParams& params, const Tensor& query, co
   args.block_table = plan.block_table();
   args.block_table_stride = plan.block_table_stride();
 
-  // Decodes: one row tile of 16 when the query group fits in it; otherwise they go with prefill.
-  // The decode kernel writes its tokens' K/V itself; a kernel before it writes the others'.
+  // Decodes: sequences of up to kMaxDecodeQueryLen query rows (a token and its drafts), each
+  // (token, head) pair a row, in row tiles of 16, when the query group fits in one. A one-token
+  // decode writes its K/V in the decode kernel itself; a kernel before it writes the others'.
   const int64_t decodes = args.group <= 16 ? plan.num_decode_seqs() : 0;
-  if (key.defined() && tokens > decodes) {
-    launch(write_kv_kernel, static_cast<unsigned>(tokens - decodes), 128, 0, stream(),
-           reinterpret_cast<const bf16*>(key.raw_data()) + decodes * key.stride(0), key.stride(0),
-           key.stride(1),
-           reinterpret_cast<const bf16*>(value.raw_data()) + decodes * value.stride(0),
-           value.stride(0), value.stride(1), k_cache, v_cache, plan.slot_mapping() + decodes,
+  const int64_t decode_rows = std::max<int64_t>(plan.max_decode_query_len(), 1) * args.group;
+  const int64_t decode_row_tiles = (decode_rows + 15) / 16;
+  const int64_t written_in_kernel = plan.max_decode_query_len() <= 1 ? decodes : 0;
+  if (key.defined() && tokens > written_in_kernel) {
+    const int64_t first = written_in_kernel;
+    launch(write_kv_kernel, static_cast<unsigned>(tokens - first), 128, 0, stream(),
+           reinterpret_cast<const bf16*>(key.raw_data()) + first * key.stride(0), key.stride(0),
+           key.stride(1), reinterpret_cast<const bf16*>(value.raw_data()) + first * value.stride(0),
+           value.stride(0), value.stride(1), k_cache, v_cache, plan.slot_mapping() + first,
            static_cast<int>(hkv), static_cast<int>(dk), static_cast<int>(dv),
            static_cast<int>(plan.block_size()));
   }
   if (decodes > 0) {
     Args d = args;
     d.seq_offset = 0;
-    d.num_splits =
-        static_cast<int>(plan.fixed_decode_splits > 0
-                             ? plan.fixed_decode_splits
-                             : decode_splits_for(dk, dv, decodes * hkv, plan.max_seq_len()));
+    const int64_t ctas = decodes * hkv * decode_row_tiles;
+    d.num_splits = static_cast<int>(plan.fixed_decode_splits > 0
+                                        ? plan.fixed_decode_splits
+                                        : decode_splits_for(dk, dv, ctas, plan.max_seq_len()));
     PAGODA_CHECK(d.num_splits >= 1 && d.num_splits <= kMaxDecodeSplits,
                  "{} decode splits; at most {}", d.num_splits, kMaxDecodeSplits);
-    if (key.defined()) {
+    if (key.defined() && written_in_kernel > 0) {
       d.new_k = reinterpret_cast<const bf16*>(key.raw_data());
       d.new_k_token_stride = key.stride(0);
       d.new_k_head_stride = key.stride(1);
@@ -246,11 +250,11 @@ void paged_attention(const AttentionLayerParams& params, const Tensor& query, co
       d.slot_mapping = plan.slot_mapping();
     }
     if (d.num_splits > 1) {
-      d.partials = plan.partials(decodes * hkv * d.num_splits * 16 * (dv + d.dv_slices));
-      d.counters = plan.counters(decodes * hkv * d.dv_slices);
+      d.partials = plan.partials(ctas * d.num_splits * 16 * (dv + d.dv_slices));
+      d.counters = plan.counters(ctas * d.dv_slices);
     }
-    with_kernel<1, kDecodeStages>(dk, dv, wide_decode(decodes * hkv), [&](auto kernel) {
-      kernel.launch(d, static_cast<int>(decodes), 1);
+    with_kernel<1, kDecodeStages>(dk, dv, wide_decode(ctas), [&](auto kernel) {
+      kernel.launch(d, static_cast<int>(decodes), static_cast<int>(decode_row_tiles));
     });
   }
   const int64_t rest = plan.num_seqs() - decodes;
