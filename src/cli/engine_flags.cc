@@ -159,9 +159,6 @@ EngineModels engine_models(const std::string& model_dir, const EngineFlags& flag
   EngineModels models{.model_dir = model_dir, .target = load_model_config(model_dir)};
   if (flags.speculative_config.empty()) return models;
   models.speculative = parse_speculative_config(flags.speculative_config, model_dir, models.target);
-  if (models.speculative->method == SpeculativeMethod::kMtp && !engine_device(flags).is_cpu()) {
-    fail("--speculative-config: the Gemma 4 assistant (\"mtp\") drafts on the CPU only so far");
-  }
   return models;
 }
 

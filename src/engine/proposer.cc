@@ -1,10 +1,12 @@
 #include "engine/proposer.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include "core/error.h"
 #include "engine/sampler.h"
 #include "model/causal_lm.h"
+#include "ops/ops.h"
 
 namespace pagoda {
 namespace {
@@ -25,8 +27,47 @@ void add_draft(Request& request, int64_t index, const float* logits, int64_t voc
   request.draft_logits.insert(request.draft_logits.end(), logits, logits + vocab);
 }
 
-Tensor on_host(const Tensor& tensor) {
-  return tensor.device().is_cpu() ? tensor : tensor.to(Device::cpu());
+// Draft `index` of requests[r] from row rows[r] of logits [n, vocab] f32; a null request takes
+// none. On a GPU with only greedy requests, the rows' argmaxes are taken there and only they come
+// back; otherwise the logits come to the host.
+void add_drafts(const Tensor& logits, std::span<const int64_t> rows,
+                std::span<Request* const> requests, int64_t index) {
+  const bool greedy = std::all_of(requests.begin(), requests.end(),
+                                  [](const Request* r) { return !r || r->params.greedy(); });
+  if (!logits.device().is_cpu() && greedy) {
+    const int64_t count = logits.size(0);
+    const Tensor sampled = Tensor::uninitialized({2, count}, DType::kI32, logits.device());
+    ops::sample(logits, std::vector<SamplingRow>(count), sampled.select(0, 0),
+                sampled.select(0, 1).reinterpret(DType::kF32));
+    const Tensor ids = sampled.select(0, 0).to(Device::cpu());
+    for (size_t r = 0; r < requests.size(); ++r) {
+      if (requests[r] == nullptr) continue;
+      if (index == 0) requests[r]->draft_token_ids.clear();
+      requests[r]->draft_token_ids.push_back(ids.data<int32_t>()[rows[r]]);
+    }
+    return;
+  }
+  const Tensor host = logits.device().is_cpu() ? logits : logits.to(Device::cpu());
+  const int64_t vocab = host.size(1);
+  for (size_t r = 0; r < requests.size(); ++r) {
+    if (requests[r] != nullptr)
+      add_draft(*requests[r], index, host.data<float>() + rows[r] * vocab, vocab);
+  }
+}
+
+// The ids on a GPU, for its embedding lookup; undefined on the CPU, which reads the host ids.
+Tensor ids_on(const std::vector<int32_t>& ids, Device device) {
+  if (device.is_cpu()) return Tensor();
+  Tensor host = Tensor::empty({static_cast<int64_t>(ids.size())}, DType::kI32);
+  std::memcpy(host.raw_data(), ids.data(), ids.size() * sizeof(int32_t));
+  return host.to(device);
+}
+
+std::vector<Request*> requests_of(std::span<const ScheduledChunk> runs) {
+  std::vector<Request*> out;
+  for (const ScheduledChunk& run : runs)
+    out.push_back(run.request);
+  return out;
 }
 
 int64_t model_layers(const KvCachePlan& plan) {
@@ -63,7 +104,7 @@ class DraftModelProposer final : public Proposer {
     for (ScheduledChunk& run : runs)
       run.num_drafts = 0;
     const RunnerOutput first = runner_.execute(runs, one_row, blocks);
-    add_drafts(catch_up, first.logits, first.first_row, 0);
+    add_drafts(first.logits, first.first_row, requests_of(catch_up), 0);
     for (ScheduledChunk& run : catch_up)
       run.request->draft_computed = run.request->num_tokens();
     // Draft d (d >= 1) follows draft d - 1, fed at position num_tokens + d - 1.
@@ -86,7 +127,7 @@ class DraftModelProposer final : public Proposer {
       std::vector<int64_t> rows(drafting.size());
       for (size_t r = 0; r < rows.size(); ++r)
         rows[r] = static_cast<int64_t>(r);
-      add_drafts(drafting, logits, rows, d);
+      add_drafts(logits, rows, requests_of(drafting), d);
     }
   }
 
@@ -121,15 +162,6 @@ class DraftModelProposer final : public Proposer {
   }
 
  private:
-  // Draft `index` of each run's request from logits row rows[r] (on the model's device).
-  void add_drafts(std::span<const ScheduledChunk> runs, const Tensor& logits,
-                  std::span<const int64_t> rows, int64_t index) {
-    const Tensor host = on_host(logits);
-    const int64_t vocab = host.size(1);
-    for (size_t r = 0; r < runs.size(); ++r)
-      add_draft(*runs[r].request, index, host.data<float>() + rows[r] * vocab, vocab);
-  }
-
   CausalLm& model_;
   ModelRunner runner_;
 };
@@ -167,21 +199,26 @@ class AssistantProposer final : public Proposer {
     if (requests.empty()) return;
     const int64_t rows = static_cast<int64_t>(requests.size());
     const ForwardBatch& batch = runner_.prepare_queries(queries, blocks);
-    Tensor state = Tensor::empty({rows, requests[0]->draft_hidden.size(1)}, DType::kF32);
+    const Tensor& first_hidden = requests[0]->draft_hidden;
+    Tensor state =
+        Tensor::empty({rows, first_hidden.size(1)}, first_hidden.dtype(), first_hidden.device());
     std::vector<int32_t> tokens;
+    std::vector<int64_t> logits_rows;
     for (int64_t r = 0; r < rows; ++r) {
       state.select(0, r).copy_from(requests[r]->draft_hidden.select(0, 0));
       tokens.push_back(requests[r]->token_ids.back());
+      logits_rows.push_back(r);
     }
+    std::vector<Request*> drafting = requests;
     for (int64_t d = 0; d < most; ++d) {
-      const DraftStep out = assistant_.step(target_.embed(tokens), state, batch);
-      const Tensor logits = on_host(out.logits);
-      const int64_t vocab = logits.size(1);
+      // A request that wants fewer drafts rides along; what it would draft later is dropped.
+      for (int64_t r = 0; r < rows; ++r)
+        drafting[r] = d < wanted[r] ? requests[r] : nullptr;
+      const DraftStep out =
+          assistant_.step(target_.embed(tokens, ids_on(tokens, state.device())), state, batch);
+      add_drafts(out.logits, logits_rows, drafting, d);
       for (int64_t r = 0; r < rows; ++r) {
-        // A request that wants fewer drafts rides along; what it would draft later is dropped.
-        if (d >= wanted[r]) continue;
-        add_draft(*requests[r], d, logits.data<float>() + r * vocab, vocab);
-        tokens[r] = requests[r]->draft_token_ids.back();
+        if (drafting[r] != nullptr) tokens[r] = requests[r]->draft_token_ids.back();
       }
       state = out.hidden;
     }
@@ -198,7 +235,8 @@ class AssistantProposer final : public Proposer {
       const int64_t row = output.first_row[i] + (chunks[i].num_drafts > 0
                                                      ? static_cast<int64_t>(tokens[i].size()) - 1
                                                      : logits_rows[i] - 1);
-      chunks[i].request->draft_hidden = output.hidden.narrow(0, row, 1).contiguous();
+      // A copy: a CUDA graph's next replay rewrites its output.
+      chunks[i].request->draft_hidden = output.hidden.narrow(0, row, 1).clone();
     }
   }
 
@@ -217,9 +255,6 @@ Drafter load_drafter(const SpeculativeConfig& config, Device device,
                                      : WeightSource::from_checkpoint(config.model_dir);
   weights.set_device(device);
   if (config.method == SpeculativeMethod::kMtp) {
-    if (!device.is_cpu()) {
-      fail("--speculative-config: the Gemma 4 assistant (\"mtp\") drafts on the CPU only so far");
-    }
     drafter.assistant = std::make_unique<Gemma4Assistant>(config.drafter, weights);
   } else {
     drafter.model = build_causal_lm(config.drafter, weights);

@@ -35,9 +35,10 @@ void Sampler::prepare(std::span<const ScheduledChunk> chunks, bool logits_on_dev
     const bool prompt_rows = request.prompt_logprob_rows(chunk.first);
     logits_rows_.push_back(prompt_rows ? chunk.num_tokens : 1 + chunk.num_drafts);
     samples_.push_back(chunk.first + chunk.num_tokens >= request.num_tokens());
-    // Drafts are judged on the host.
-    on_device_ =
-        on_device_ && !prompt_rows && chunk.num_drafts == 0 && samples_from_logits(request);
+    // A greedy request's drafts are judged where the logits are, by the argmax of every row; a
+    // sampling request's go through the lossless rule on the host.
+    on_device_ = on_device_ && !prompt_rows && samples_from_logits(request) &&
+                 (chunk.num_drafts == 0 || request.params.greedy());
   }
   device_rows_.clear();
   for (size_t i = 0; i < chunks.size() && on_device_; ++i) {
@@ -70,7 +71,17 @@ std::span<const std::vector<SampledToken>> Sampler::sample(const Tensor& logits,
     const auto* ids = host.select(0, 0).data<int32_t>();
     const auto* logprobs = host.select(0, 1).reinterpret(DType::kF32).data<float>();
     for (size_t i = 0; i < chunks_.size(); ++i) {
-      if (samples_[i]) tokens_[i] = {SampledToken{ids[first_rows[i]], logprobs[first_rows[i]], {}}};
+      if (!samples_[i]) continue;
+      // Drafts kept while each equals its row's argmax, then the argmax after them.
+      const int64_t first = first_rows[i];
+      const std::span<const int32_t> drafts =
+          std::span(chunks_[i].request->draft_token_ids).first(chunks_[i].num_drafts);
+      int64_t j = 0;
+      while (j < static_cast<int64_t>(drafts.size()) && drafts[j] == ids[first + j]) {
+        tokens_[i].push_back({drafts[j], logprobs[first + j], {}});
+        ++j;
+      }
+      tokens_[i].push_back({ids[first + j], logprobs[first + j], {}});
     }
     return tokens_;
   }

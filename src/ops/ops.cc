@@ -158,6 +158,18 @@ void sample(const Tensor& logits, std::span<const SamplingRow> rows, const Tenso
       logits, [] {}, PAGODA_GPU(cuda::sample(logits, rows, ids, logprobs)));
 }
 
+Tensor centroid_masked_logits(const Tensor& hidden, const Tensor& lm_head, const Tensor& scores,
+                              const Tensor& token_ordering, int64_t top_k) {
+  Tensor out =
+      Tensor::uninitialized({hidden.size(0), lm_head.size(0)}, DType::kF32, hidden.device());
+  dispatch(
+      hidden,
+      [&] { cpu::centroid_masked_logits(hidden, lm_head, scores, token_ordering, top_k, out); },
+      PAGODA_GPU(
+          cuda::centroid_masked_logits(hidden, lm_head, scores, token_ordering, top_k, out)));
+  return out;
+}
+
 #undef PAGODA_GPU
 
 }  // namespace pagoda::ops

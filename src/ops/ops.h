@@ -57,6 +57,14 @@ void norm_rope(const RmsNormParams& norm, const std::vector<float>& inverse_freq
                const std::vector<int64_t>& positions, const Tensor& device_positions,
                const Tensor& x);
 
+// The Gemma 4 assistant's centroid-masked head: per row of hidden [rows, H], the top_k centroids
+// by scores [rows, C] (f32; ties by the lower index) each own vocab / C tokens, listed in
+// token_ordering ([vocab] int32, on hidden's device); those tokens get their logits hidden ·
+// lm_head[token], every other token the smallest of all rows' computed logits minus one.
+// Returns [rows, vocab] f32.
+Tensor centroid_masked_logits(const Tensor& hidden, const Tensor& lm_head, const Tensor& scores,
+                              const Tensor& token_ordering, int64_t top_k);
+
 // On a GPU: ids[r] and logprobs[r], the token row r of logits [rows, vocab] f32 gives with
 // rows[r]'s parameters and draw, and its raw log-probability ([rows] int32 and f32, on the
 // device). Host logits are sampled by the engine's Sampler (engine/sampler.h), not here.

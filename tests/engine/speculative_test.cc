@@ -188,7 +188,9 @@ TEST(SpeculativeEngineTest, SchedulingChangesNoToken) {
         EXPECT_EQ(token_ids(results[r]), solo[r]) << "request " << r;
       EXPECT_GT(stats.spec_rounds, 0);
       preemptions += stats.preemptions;
-      if (c.num_blocks == 400) EXPECT_GT(stats.prefix_hit_tokens, 0);
+      if (c.num_blocks == 400) {
+        EXPECT_GT(stats.prefix_hit_tokens, 0);
+      }
       if (std::string(drafter) == "llama-tiny") {
         EXPECT_EQ(stats.spec_accepted_tokens, stats.spec_draft_tokens);  // it drafts itself
       }

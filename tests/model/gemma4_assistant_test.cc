@@ -14,6 +14,7 @@
 #include "engine/model_runner.h"
 #include "engine/sampler.h"
 #include "model/fixtures.h"
+#include "ops/ops.h"
 
 namespace pagoda {
 namespace {
@@ -144,8 +145,11 @@ TEST(Gemma4AssistantTest, OrderedLogitsKeepOnlyTheTopCentroidsTokens) {
   Tensor head = Tensor::empty({6, 2}, DType::kF32);
   for (int t = 0; t < 6; ++t)
     head.data<float>()[t * 2] = static_cast<float>(t);
+  Tensor ordering = Tensor::empty({6}, DType::kI32);
+  const int32_t order[] = {0, 2, 4, 1, 3, 5};
+  std::memcpy(ordering.raw_data(), order, sizeof(order));
   const Tensor logits =
-      Gemma4Assistant::ordered_logits(hidden, head, centroids, {0, 2, 4, 1, 3, 5}, 1);
+      ops::centroid_masked_logits(hidden, head, ops::linear(hidden, centroids), ordering, 1);
   EXPECT_EQ(logits.at<float>({0, 4}), 4.0f);
   EXPECT_EQ(logits.at<float>({0, 1}), 1.0f);
   for (int t : {0, 2, 3, 5})

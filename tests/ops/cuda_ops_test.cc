@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <numeric>
 #include <random>
 #include <string>
 #include <tuple>
@@ -435,6 +436,45 @@ TEST(CudaOpsTest, GemvMatchesCpuAndWritesEveryElement) {
             << "M " << m << " N " << n << " K " << k;
       }
     }
+  }
+}
+
+// The assistant's centroid-masked head: the same tokens kept per row (ties in the scores included),
+// their logits, and every other token at the smallest of them minus one.
+TEST(CudaOpsTest, CentroidMaskedLogitsMatchCpu) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  std::mt19937 rng(13);
+  for (const auto& [rows, hidden, vocab, centroids, top_k] :
+       {std::tuple{1, 64, 512, 32, 4}, std::tuple{5, 256, 4096, 128, 32},
+        std::tuple{3, 1536, 2048, 2048, 7}}) {
+    const Tensor h = rounded(random_tensor({rows, hidden}, rng), DType::kBF16);
+    const Tensor head = rounded(random_tensor({vocab, hidden}, rng), DType::kBF16);
+    Tensor scores = random_tensor({rows, centroids}, rng);
+    scores.data<float>()[1] = scores.data<float>()[0];  // a tie, broken by the lower index
+    std::vector<int32_t> order(vocab);
+    std::iota(order.begin(), order.end(), 0);
+    std::shuffle(order.begin(), order.end(), rng);
+    Tensor ordering = Tensor::empty({vocab}, DType::kI32);
+    std::memcpy(ordering.raw_data(), order.data(), vocab * sizeof(int32_t));
+    Tensor ref = Tensor::empty({rows, vocab}, DType::kF32);
+    cpu::centroid_masked_logits(h, head, scores, ordering, top_k, ref);
+    const Tensor out = poisoned({rows, vocab}, DType::kF32);
+    cuda::centroid_masked_logits(to_cuda(h, DType::kBF16), to_cuda(head, DType::kBF16),
+                                 scores.to(Device::cuda()), ordering.to(Device::cuda()), top_k,
+                                 out);
+    const Tensor got = to_host_f32(out);
+    EXPECT_LE(relative_error(got, ref), 1e-5) << rows << " rows, vocab " << vocab;
+    // The kept tokens are the same: exactly those above the floor on both.
+    const float* r = ref.data<float>();
+    const float* g = got.data<float>();
+    const float ref_floor = *std::min_element(r, r + rows * vocab);
+    const float got_floor = *std::min_element(g, g + rows * vocab);
+    int64_t kept = 0;
+    for (int64_t i = 0; i < rows * vocab; ++i) {
+      ASSERT_EQ(r[i] == ref_floor, g[i] == got_floor) << "element " << i;
+      kept += r[i] != ref_floor;
+    }
+    EXPECT_EQ(kept, int64_t{rows} * top_k * (vocab / centroids));
   }
 }
 

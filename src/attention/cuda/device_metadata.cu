@@ -93,7 +93,8 @@ void DeviceMetadata::update(const AttentionMetadata& metadata, int64_t padding_s
   for (int64_t s = 0; s < real_seqs; ++s) {
     const int64_t query_len = metadata.query_start[s + 1] - metadata.query_start[s];
     if (s < metadata.num_decode_seqs) {
-      PAGODA_CHECK(query_len <= kMaxDecodeQueryLen && query_len < metadata.seq_lens[s],
+      // A read-only query (the assistant's) may attend over exactly as many keys as it has rows.
+      PAGODA_CHECK(query_len <= kMaxDecodeQueryLen && query_len <= metadata.seq_lens[s],
                    "decoding sequence {} has {} queries over {} tokens", s, query_len,
                    metadata.seq_lens[s]);
       max_decode_query_len_ = std::max(max_decode_query_len_, query_len);

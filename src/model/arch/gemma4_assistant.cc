@@ -5,10 +5,7 @@
 // tied head (optionally centroid-masked) gives logits. No softcap.
 #include "model/arch/gemma4_assistant.h"
 
-#include <algorithm>
-#include <limits>
-
-#include "ops/cpu/ops.h"
+#include "ops/ops.h"
 
 namespace pagoda {
 
@@ -33,12 +30,16 @@ Gemma4Assistant::Gemma4Assistant(const ModelConfig& config, WeightSource& weight
            config.vocab_size);
     }
     centroids_ = weights.get("masked_embedding.centroids.weight", {centroids, hidden});
-    token_ordering_ = weights.get_int64("masked_embedding.token_ordering", {config.vocab_size});
-    for (const int64_t id : token_ordering_) {
-      if (id < 0 || id >= config.vocab_size) {
-        fail("{}: token_ordering holds {}, outside the vocabulary", config.source, id);
+    const std::vector<int64_t> ordering =
+        weights.get_int64("masked_embedding.token_ordering", {config.vocab_size});
+    Tensor host = Tensor::empty({config.vocab_size}, DType::kI32);
+    for (int64_t i = 0; i < config.vocab_size; ++i) {
+      if (ordering[i] < 0 || ordering[i] >= config.vocab_size) {
+        fail("{}: token_ordering holds {}, outside the vocabulary", config.source, ordering[i]);
       }
+      host.data<int32_t>()[i] = static_cast<int32_t>(ordering[i]);
     }
+    token_ordering_ = host.to(lm_head_.device());
     top_centroids_ = std::min(outer.positive_or("centroid_intermediate_top_k", 32), centroids);
   }
 }
@@ -47,59 +48,18 @@ DraftStep Gemma4Assistant::step(const Tensor& token_embeddings, const Tensor& hi
                                 const ForwardBatch& batch) const {
   const int64_t rows = hidden.size(0);
   const int64_t backbone = hidden.size(1);
-  Tensor input = Tensor::empty({rows, 2 * backbone}, DType::kF32);
+  const Tensor input = ops::like(hidden, {rows, 2 * backbone});
   input.narrow(1, 0, backbone).copy_from(token_embeddings);
   input.narrow(1, backbone, backbone).copy_from(hidden);
   const Tensor x = project(input, pre_projection_);
   const Tensor h = text_->run_layers(x, Tensor(), batch);
   DraftStep out;
   out.hidden = project(h, post_projection_);
-  out.logits = centroids_.defined()
-                   ? ordered_logits(h, lm_head_, centroids_, token_ordering_, top_centroids_)
-                   : project(h, lm_head_);
+  out.logits = centroids_.defined() ? ops::centroid_masked_logits(
+                                          h, lm_head_, ops::linear(h, centroids_, DType::kF32),
+                                          token_ordering_, top_centroids_)
+                                    : ops::linear(h, lm_head_, DType::kF32);
   return out;
-}
-
-Tensor Gemma4Assistant::ordered_logits(const Tensor& hidden, const Tensor& lm_head,
-                                       const Tensor& centroids,
-                                       const std::vector<int64_t>& token_ordering,
-                                       int64_t top_centroids) {
-  const int64_t rows = hidden.size(0);
-  const int64_t vocab = lm_head.size(0);
-  const int64_t num_centroids = centroids.size(0);
-  const int64_t per_centroid = vocab / num_centroids;
-  const Tensor scores = project(hidden, centroids);
-  // The selected tokens of every row, and their logits.
-  std::vector<std::vector<int64_t>> selected(rows);
-  std::vector<std::vector<float>> values(rows);
-  float smallest = std::numeric_limits<float>::infinity();
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* row = scores.data<float>() + r * num_centroids;
-    std::vector<int64_t> order(num_centroids);
-    for (int64_t c = 0; c < num_centroids; ++c)
-      order[c] = c;
-    std::partial_sort(
-        order.begin(), order.begin() + top_centroids, order.end(),
-        [&](int64_t a, int64_t b) { return row[a] > row[b] || (row[a] == row[b] && a < b); });
-    Tensor h = hidden.narrow(0, r, 1).contiguous();
-    for (int64_t k = 0; k < top_centroids; ++k) {
-      for (int64_t j = 0; j < per_centroid; ++j) {
-        const int64_t token = token_ordering[order[k] * per_centroid + j];
-        const Tensor logit = project(h, lm_head.narrow(0, token, 1));
-        selected[r].push_back(token);
-        values[r].push_back(logit.data<float>()[0]);
-        smallest = std::min(smallest, values[r].back());
-      }
-    }
-  }
-  Tensor logits = Tensor::empty({rows, vocab}, DType::kF32);
-  logits.fill(smallest - 1.0f);
-  for (int64_t r = 0; r < rows; ++r) {
-    for (size_t i = 0; i < selected[r].size(); ++i) {
-      logits.data<float>()[r * vocab + selected[r][i]] = values[r][i];
-    }
-  }
-  return logits;
 }
 
 }  // namespace pagoda

@@ -24,18 +24,15 @@ class Gemma4Assistant {
   DraftStep step(const Tensor& token_embeddings, const Tensor& hidden,
                  const ForwardBatch& batch) const;
 
-  // Logits through the centroid-masked head (use_ordered_embeddings): only the tokens owned by the
-  // top centroids get their logit; the rest get the smallest of those minus one.
-  static Tensor ordered_logits(const Tensor& hidden, const Tensor& lm_head, const Tensor& centroids,
-                               const std::vector<int64_t>& token_ordering, int64_t top_centroids);
-
  private:
   std::unique_ptr<Gemma4Model> text_;
   Tensor pre_projection_;   // [hidden, 2 * backbone_hidden]
   Tensor post_projection_;  // [backbone_hidden, hidden]
   Tensor lm_head_;          // [vocab, hidden] (the assistant's embedding)
-  Tensor centroids_;        // [num_centroids, hidden] with ordered embeddings
-  std::vector<int64_t> token_ordering_;
+  // With ordered embeddings (use_ordered_embeddings), the centroid-masked head
+  // (ops::centroid_masked_logits): only the tokens of the top centroids get their logit.
+  Tensor centroids_;       // [num_centroids, hidden]
+  Tensor token_ordering_;  // [vocab] int32, on the weights' device
   int64_t top_centroids_ = 0;
 };
 

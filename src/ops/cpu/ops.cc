@@ -1,9 +1,12 @@
 #include "ops/cpu/ops.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "core/thread_pool.h"
+#include "ops/cpu/matmul.h"
 
 namespace pagoda::cpu {
 namespace {
@@ -174,6 +177,52 @@ void log_softmax(const Tensor& logits, const Tensor& out) {
         dst[i] = in[i] - log_sum;
     }
   });
+}
+
+void centroid_masked_logits(const Tensor& hidden, const Tensor& lm_head, const Tensor& scores,
+                            const Tensor& token_ordering, int64_t top_k, const Tensor& out) {
+  check_rows(hidden, "hidden");
+  check_rows(scores, "centroid scores");
+  check_rows(out, "logits");
+  const int64_t rows = hidden.size(0);
+  const int64_t vocab = lm_head.size(0);
+  const int64_t num_centroids = scores.size(1);
+  PAGODA_CHECK(token_ordering.dtype() == DType::kI32 && token_ordering.numel() == vocab &&
+                   vocab % num_centroids == 0 && top_k >= 1 && top_k <= num_centroids,
+               "centroid head: {} centroids over {} tokens, top {}", num_centroids, vocab, top_k);
+  const int64_t per_centroid = vocab / num_centroids;
+  const int32_t* ordering = token_ordering.data<int32_t>();
+  // The selected tokens of every row and their logits; the rest get the smallest of all of them
+  // minus one.
+  std::vector<std::vector<int64_t>> selected(rows);
+  std::vector<std::vector<float>> values(rows);
+  float smallest = std::numeric_limits<float>::infinity();
+  Tensor logit = Tensor::empty({1, 1}, DType::kF32);
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* row = scores.data<float>() + r * num_centroids;
+    std::vector<int64_t> order(num_centroids);
+    for (int64_t c = 0; c < num_centroids; ++c)
+      order[c] = c;
+    std::partial_sort(order.begin(), order.begin() + top_k, order.end(), [&](int64_t a, int64_t b) {
+      return row[a] > row[b] || (row[a] == row[b] && a < b);
+    });
+    const Tensor h = hidden.narrow(0, r, 1);
+    for (int64_t k = 0; k < top_k; ++k) {
+      for (int64_t j = 0; j < per_centroid; ++j) {
+        const int64_t token = ordering[order[k] * per_centroid + j];
+        linear(h, lm_head.narrow(0, token, 1), logit);
+        selected[r].push_back(token);
+        values[r].push_back(logit.data<float>()[0]);
+        smallest = std::min(smallest, values[r].back());
+      }
+    }
+  }
+  float* logits = out.data<float>();
+  std::fill_n(logits, rows * vocab, smallest - 1.0f);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (size_t i = 0; i < selected[r].size(); ++i)
+      logits[r * vocab + selected[r][i]] = values[r][i];
+  }
 }
 
 }  // namespace pagoda::cpu

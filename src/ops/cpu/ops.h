@@ -33,6 +33,12 @@ void softcap_in_place(const Tensor& x, float cap);
 // Row-wise log-softmax of logits [rows, vocab] into out (may alias).
 void log_softmax(const Tensor& logits, const Tensor& out);
 
+// The Gemma 4 assistant's centroid-masked head (see ops::centroid_masked_logits). hidden
+// [rows, H] f32; lm_head [vocab, H]; scores [rows, C] f32; token_ordering [vocab] int32; out
+// [rows, vocab] f32, contiguous.
+void centroid_masked_logits(const Tensor& hidden, const Tensor& lm_head, const Tensor& scores,
+                            const Tensor& token_ordering, int64_t top_k, const Tensor& out);
+
 // Widens a row of a float tensor of any dtype to f32.
 float load_float(const std::byte* element, DType dtype);
 void store_float(std::byte* element, DType dtype, float value);

@@ -74,6 +74,12 @@ void gemv(const Tensor& x, const Tensor& weight, const Tensor& out);
 void sample(const Tensor& logits, std::span<const SamplingRow> rows, const Tensor& ids,
             const Tensor& logprobs);
 
+// The Gemma 4 assistant's centroid-masked head (see ops::centroid_masked_logits). hidden
+// [rows, H] and lm_head [vocab, H] bf16 (H a multiple of 8); scores [rows, C] f32; token_ordering
+// [vocab] int32; out [rows, vocab] f32, contiguous.
+void centroid_masked_logits(const Tensor& hidden, const Tensor& lm_head, const Tensor& scores,
+                            const Tensor& token_ordering, int64_t top_k, const Tensor& out);
+
 // dst = src converted elementwise; both contiguous, same shape; f32, f16 or bf16.
 void convert(const Tensor& src, const Tensor& dst);
 
