@@ -15,25 +15,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build/release}
 out=${GPU_CHECK_OUT:-build/gpu-check}
-mkdir -p "$out"
-if [ ! -x "$build/tests/pagoda_tests" ]; then
-  source tools/install_deps.sh
-  pagoda_install_deps
-  pagoda_build "$build"
-fi
-status=0
-step() {  # step NAME COMMAND...: runs it, keeps its log, records pass or fail
-  local name=$1
-  shift
-  echo "== $name"
-  if "$@" >"$out/$name.log" 2>&1; then
-    echo "pass" >"$out/$name.status"
-  else
-    echo "FAIL" >"$out/$name.status"
-    status=1
-  fi
-  tail -n 25 "$out/$name.log"
-}
+source tools/gpu_steps.sh
 step kernels "$build/tests/pagoda_tests" \
   --gtest_filter='CudaOpsTest.*:Backends/AttentionTest.*/cuda_*:AttentionTest.*:CudaSamplingTest.*'
 step parity "$build/tests/pagoda_tests" --gtest_filter='Fixtures/CudaParityTest.*'
@@ -60,12 +42,7 @@ done
 step bench_llama-3-8b_batch64 "$build/src/pagoda" bench --model bench/configs/llama-3-8b \
   --load-format dummy --device cuda --max-model-len 4096 --batch-size 64 --input-len 512 \
   --output-len 128 --num-iters 2
-echo
-echo "| check | result |"
-echo "|---|---|"
-for f in "$out"/*.status; do
-  echo "| $(basename "$f" .status) | $(cat "$f") |"
-done
+step_summary
 grep -h "\[ cuda " "$out/parity.log" || true
 grep -h "floor" "$out"/bench_*.log || true
 exit $status

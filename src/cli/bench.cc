@@ -210,9 +210,14 @@ nlohmann::json summarize(const std::vector<IterationTimes>& iterations, const Be
 }
 
 // Speculative decoding over the timed iterations: the counters of `after` less those of `before`.
+// A decode step's time splits into drafting and the rest (the verify forward and acceptance).
 nlohmann::json spec_json(const SpeculativeConfig& spec, const GenerationStats& before,
-                         const GenerationStats& after) {
+                         const GenerationStats& after, const nlohmann::json& report) {
   GenerationStats timed = after;
+  const int64_t steps = report["decode_steps"].get<int64_t>();
+  const double draft_ms =
+      steps == 0 ? 0.0 : 1e3 * (after.spec_draft_seconds - before.spec_draft_seconds) / steps;
+  const nlohmann::json& mean = report["decode_step_ms"]["mean"];
   timed.spec_rounds -= before.spec_rounds;
   timed.spec_draft_tokens -= before.spec_draft_tokens;
   timed.spec_accepted_tokens -= before.spec_accepted_tokens;
@@ -230,7 +235,10 @@ nlohmann::json spec_json(const SpeculativeConfig& spec, const GenerationStats& b
           {"accepted_tokens", timed.spec_accepted_tokens},
           {"acceptance_rate", timed.spec_acceptance_rate()},
           {"mean_acceptance_length", timed.spec_mean_acceptance_length()},
-          {"acceptance_per_position", per_position}};
+          {"acceptance_per_position", per_position},
+          {"draft_ms_per_decode_step", or_null(steps > 0, draft_ms)},
+          {"verify_ms_per_decode_step",
+           or_null(steps > 0, mean.is_null() ? 0.0 : mean.get<double>() - draft_ms)}};
 }
 
 // A number with `digits` decimals and its unit, or "-" for null.
@@ -281,6 +289,9 @@ void print_table(const nlohmann::json& r) {
                     spec["method"].get<std::string>(), spec["num_speculative_tokens"].dump(),
                     spec["rounds"].dump(), 100 * spec["acceptance_rate"].get<double>(),
                     spec["mean_acceptance_length"].get<double>(), per_position));
+    rows.emplace_back("decode step: drafting / verifying",
+                      fmt::format("{} / {}", number(spec["draft_ms_per_decode_step"], 3),
+                                  number(spec["verify_ms_per_decode_step"], 3, " ms")));
   }
   fmt::print("| metric | value |\n|---|---|\n");
   for (const auto& [metric, value] : rows)
@@ -318,7 +329,7 @@ void run_bench(const BenchOptions& options, const CLI::App& command) {
   nlohmann::json report = summarize(timed, options, config, engine_flags);
   report["speculative"] = nlohmann::json(nullptr);
   if (models.speculative) {
-    report["speculative"] = spec_json(*models.speculative, before, engine.stats());
+    report["speculative"] = spec_json(*models.speculative, before, engine.stats(), report);
   }
   if (options.json) {
     fmt::print("{}\n", report.dump());

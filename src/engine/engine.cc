@@ -1,6 +1,7 @@
 #include "engine/engine.h"
 
 #include <algorithm>
+#include <chrono>
 
 #include "core/error.h"
 
@@ -144,7 +145,15 @@ std::vector<RequestDelta> Engine::step() {
                                         plan_.num_blocks - kNullBlocks - blocks_.num_free_blocks());
   std::span<const std::vector<SampledToken>> tokens;
   try {
-    if (proposer_) proposer_->propose(chunks, blocks_);
+    if (proposer_) {
+      const auto start = std::chrono::steady_clock::now();
+      proposer_->propose(chunks, blocks_);
+      if (std::any_of(chunks.begin(), chunks.end(),
+                      [](const ScheduledChunk& c) { return c.num_drafts > 0; })) {
+        counters_.spec_draft_seconds +=
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      }
+    }
     sampler_.prepare(chunks, runner_.on_device());
     const RunnerOutput output = runner_.execute(chunks, sampler_.logits_rows(), blocks_);
     tokens = sampler_.sample(output.logits, output.first_row);

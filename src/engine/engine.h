@@ -47,6 +47,9 @@ struct GenerationStats {
   int64_t spec_draft_tokens = 0;
   int64_t spec_accepted_tokens = 0;
   std::vector<int64_t> spec_accepted_per_position;
+  // Wall time of drafting in steps that verify drafts: the proposer's forwards, which end in a
+  // copy of the drafts to the host, so on a GPU it is their device time too.
+  double spec_draft_seconds = 0;
 
   // Kept drafts over proposed ones; 1 + kept drafts per round (the tokens a round yields).
   double spec_acceptance_rate() const;

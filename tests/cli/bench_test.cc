@@ -131,6 +131,11 @@ TEST(BenchCliTest, ReportsSpeculativeDecoding) {
   EXPECT_DOUBLE_EQ(spec["acceptance_rate"].get<double>(), 1.0);
   EXPECT_EQ(spec["acceptance_per_position"].size(), 4u);
   EXPECT_EQ(report["decode_steps"], 2);
+  // Drafting and verifying split each decode step's time.
+  const double draft = spec["draft_ms_per_decode_step"].get<double>();
+  EXPECT_GT(draft, 0.0);
+  EXPECT_NEAR(draft + spec["verify_ms_per_decode_step"].get<double>(),
+              report["decode_step_ms"]["mean"].get<double>(), 1e-9);
   EXPECT_TRUE(nlohmann::json::parse(run_bench("--batch-size 1 --input-len 4 --output-len 2 "
                                               "--num-iters 1 --json")
                                         .out)["speculative"]
