@@ -42,8 +42,8 @@ struct AttentionGroup {
 // How a step runs: eagerly, or as the step a CUDA graph is captured or replayed over, whose
 // launch shapes are fixed for its (padded) batch size.
 struct AttentionStep {
-  // One-token sequences over the null block, written nowhere, appended to a decode-only batch to
-  // reach a captured batch size.
+  // Sequences over the null block, written nowhere, appended to a decode-only batch to reach a
+  // captured batch size; each has the decodes' query length (one token, or one and its drafts).
   int64_t padding_seqs = 0;
   bool graph = false;
 };

@@ -56,7 +56,8 @@ double GenerationStats::spec_mean_acceptance_length() const {
 Engine::Engine(CausalLm& model, const KvCachePlan& plan, const KvCache& cache,
                const EngineConfig& config, Drafter* drafter)
     : Engine(model, plan, cache, config,
-             drafter != nullptr ? make_proposer(model, *drafter, plan, cache) : nullptr,
+             drafter != nullptr ? make_proposer(model, *drafter, plan, cache, config.enforce_eager)
+                                : nullptr,
              drafter != nullptr ? drafter->config.num_speculative_tokens : 0) {}
 
 Engine::Engine(CausalLm& model, const KvCachePlan& plan, const KvCache& cache,

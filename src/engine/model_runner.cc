@@ -14,22 +14,17 @@ namespace pagoda {
 
 namespace {
 
-// Batch sizes decode graphs are captured at: 1, 2, 4, 8, then multiples of 8 up to 256.
-constexpr int64_t kMaxGraphBatch = 256;
-
 // One token after a non-empty cache, with any drafts to verify.
 bool is_decode(const ScheduledChunk& chunk) {
   return chunk.num_tokens == 1 && chunk.first > 0;
 }
 
-#if PAGODA_HAVE_CUDA
+}  // namespace
+
 int64_t graph_batch_size(int64_t batch) {
-  if (batch <= 8) return std::bit_ceil(static_cast<uint64_t>(batch));
+  if (batch <= 8) return static_cast<int64_t>(std::bit_ceil(static_cast<uint64_t>(batch)));
   return (batch + 7) / 8 * 8;
 }
-#endif
-
-}  // namespace
 
 struct ModelRunner::DecodeGraph {
 #if PAGODA_HAVE_CUDA
@@ -144,14 +139,16 @@ const ForwardBatch& ModelRunner::prepare(std::span<const ScheduledChunk> ordered
 }
 
 const ForwardBatch& ModelRunner::prepare_queries(std::span<const QueryToken> queries,
-                                                 const KvCacheManager& blocks) {
-  begin_step(static_cast<int64_t>(queries.size()), blocks);
+                                                 const KvCacheManager& blocks, bool graph) {
+  const int64_t count = static_cast<int64_t>(queries.size());
+  begin_step(count, blocks);
   for (const QueryToken& query : queries) {
     batch_.token_ids.push_back(query.token);
     batch_.positions.push_back(query.position);
     add_sequence(*query.request, 1, query.seq_len, query.writes, true);
   }
-  return finish_step(0, {});
+  const int64_t padding = graph ? graph_batch_size(count) - count : 0;
+  return finish_step(padding, {.padding_seqs = padding, .graph = graph});
 }
 
 void ModelRunner::upload_tokens() {

@@ -21,6 +21,10 @@ struct RunnerOutput {
   std::vector<int64_t> first_row;  // per chunk (caller's order): its first row of logits
 };
 
+// Batch sizes CUDA graphs are captured at: 1, 2, 4, 8, then multiples of 8 up to kMaxGraphBatch.
+inline constexpr int64_t kMaxGraphBatch = 256;
+int64_t graph_batch_size(int64_t batch);
+
 struct RunnerOptions {
   // The plan index of the model's first attention layer: 0 for the target, the target's layer
   // count for a drafter planned in the same pool.
@@ -64,9 +68,15 @@ class ModelRunner {
   // sequences of a CUDA graph's batch). Valid until the next call.
   const ForwardBatch& prepare(std::span<const ScheduledChunk> ordered, const KvCacheManager& blocks,
                               int64_t padding_rows = 0, const AttentionStep& step = {});
-  // A step of the query tokens, in order; updates every attention plan as prepare() does.
+  // A step of the query tokens, in order; updates every attention plan as prepare() does. With
+  // `graph`, a CUDA graph's step: padded to graph_batch_size() with one-row sequences over the null
+  // block.
   const ForwardBatch& prepare_queries(std::span<const QueryToken> queries,
-                                      const KvCacheManager& blocks);
+                                      const KvCacheManager& blocks, bool graph = false);
+  // Whether steps may replay CUDA graphs: on a GPU, unless enforce_eager.
+  bool graphs_enabled() const { return on_device() && !enforce_eager_; }
+  // Changes whenever a buffer a captured graph reads is replaced.
+  int64_t generation() const;
   // Group `group`'s metadata of the last prepare().
   const AttentionMetadata& metadata(int64_t group) const { return metadata_[group]; }
 
@@ -85,8 +95,6 @@ class ModelRunner {
   const ForwardBatch& finish_step(int64_t padding_rows, const AttentionStep& step);
   // Copies the batch's ids and positions to the device, into buffers that keep their addresses.
   void upload_tokens();
-  // Changes whenever a buffer a captured graph reads is replaced.
-  int64_t generation() const;
 
   CausalLm& model_;
   const KvCachePlan& plan_;

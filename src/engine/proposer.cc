@@ -2,8 +2,12 @@
 
 #include <algorithm>
 #include <cstring>
+#include <map>
 
 #include "core/error.h"
+#if PAGODA_HAVE_CUDA
+#include "core/cuda/graph.h"
+#endif
 #include "engine/sampler.h"
 #include "model/causal_lm.h"
 #include "ops/ops.h"
@@ -170,10 +174,12 @@ class DraftModelProposer final : public Proposer {
 class AssistantProposer final : public Proposer {
  public:
   AssistantProposer(Gemma4Model& target, const Gemma4Assistant& assistant, const KvCachePlan& plan,
-                    const KvCache& cache)
+                    const KvCache& cache, bool enforce_eager)
       : target_(target),
         assistant_(assistant),
-        runner_(target, plan, cache, {.first_layer = model_layers(plan)}) {}
+        runner_(target, plan, cache,
+                {.first_layer = model_layers(plan), .enforce_eager = enforce_eager}) {}
+  ~AssistantProposer() override;
 
   void propose(std::span<const ScheduledChunk> chunks, const KvCacheManager& blocks) override {
     // One query per request at the position of its last token (not yet in the cache), over
@@ -197,6 +203,10 @@ class AssistantProposer final : public Proposer {
       most = std::max(most, chunk.num_drafts);
     }
     if (requests.empty()) return;
+    if (can_capture(requests)) {
+      propose_in_graph(queries, requests, wanted, most, blocks);
+      return;
+    }
     const int64_t rows = static_cast<int64_t>(requests.size());
     const ForwardBatch& batch = runner_.prepare_queries(queries, blocks);
     const Tensor& first_hidden = requests[0]->draft_hidden;
@@ -241,10 +251,101 @@ class AssistantProposer final : public Proposer {
   }
 
  private:
+  struct DraftGraph;
+
+  // Whether the requests' drafting can replay a graph: on a GPU with graphs on, models that never
+  // wait for the device, and only greedy requests, whose drafts are argmaxes taken on the device.
+  bool can_capture(std::span<Request* const> requests) const {
+    return runner_.graphs_enabled() && !target_.synchronizes_with_host() &&
+           !assistant_.synchronizes_with_host() &&
+           static_cast<int64_t>(requests.size()) <= kMaxGraphBatch &&
+           std::all_of(requests.begin(), requests.end(),
+                       [](const Request* r) { return r->params.greedy(); });
+  }
+
+  // The K drafting steps of a padded batch as one graph: each step's argmaxes (on the device) feed
+  // the next step's embedding, and the drafts come back to the host in one copy at the end.
+  void propose_in_graph(std::span<const QueryToken> queries, std::span<Request* const> requests,
+                        std::span<const int64_t> wanted, int64_t most,
+                        const KvCacheManager& blocks);
+
   Gemma4Model& target_;
   const Gemma4Assistant& assistant_;
   ModelRunner runner_;
+  // By padded batch size and drafts per request.
+  std::map<std::pair<int64_t, int64_t>, std::unique_ptr<DraftGraph>> graphs_;
 };
+
+struct AssistantProposer::DraftGraph {
+#if PAGODA_HAVE_CUDA
+  cuda::Graph graph;
+#endif
+  Tensor state;            // [padded, backbone hidden]: each request's hidden state to draft from
+  Tensor drafts;           // [K, padded] int32, written by each replay
+  Tensor logprobs;         // [K, padded] f32, the argmaxes' log-probabilities (unused)
+  int64_t generation = 0;  // of the runner's buffers it was captured over
+};
+
+AssistantProposer::~AssistantProposer() = default;
+
+void AssistantProposer::propose_in_graph(std::span<const QueryToken> queries,
+                                         std::span<Request* const> requests,
+                                         std::span<const int64_t> wanted, int64_t most,
+                                         const KvCacheManager& blocks) {
+#if PAGODA_HAVE_CUDA
+  const int64_t rows = static_cast<int64_t>(requests.size());
+  const ForwardBatch& batch = runner_.prepare_queries(queries, blocks, true);
+  const int64_t padded = static_cast<int64_t>(batch.token_ids.size());
+  const Tensor& first_hidden = requests[0]->draft_hidden;
+  std::unique_ptr<DraftGraph>& entry = graphs_[{padded, most}];
+  const bool capture = !entry || entry->generation != runner_.generation();
+  if (capture) {
+    entry = std::make_unique<DraftGraph>();
+    // Zeroed, so padding rows hold finite values.
+    entry->state =
+        Tensor::empty({padded, first_hidden.size(1)}, first_hidden.dtype(), first_hidden.device());
+    entry->drafts = Tensor::empty({most, padded}, DType::kI32, first_hidden.device());
+    entry->logprobs = Tensor::empty({most, padded}, DType::kF32, first_hidden.device());
+  }
+  for (int64_t r = 0; r < rows; ++r)
+    entry->state.select(0, r).copy_from(requests[r]->draft_hidden.select(0, 0));
+  const DraftGraph& g = *entry;
+  const std::vector<int32_t> checked(padded, 0);  // host ids for the embedding's count and check
+  const auto chain = [&] {
+    Tensor ids = batch.device_token_ids;  // each request's newest token; padding rows 0
+    Tensor state = g.state;
+    for (int64_t d = 0; d < most; ++d) {
+      const DraftStep out = assistant_.step(target_.embed(checked, ids), state, batch);
+      ops::sample(out.logits, std::vector<SamplingRow>(padded), g.drafts.select(0, d),
+                  g.logprobs.select(0, d));
+      ids = g.drafts.select(0, d);
+      state = out.hidden;
+    }
+  };
+  if (capture) {
+    // An eager run sizes every cached buffer, so the capture allocates nothing.
+    chain();
+    entry->graph.capture(chain);
+    entry->generation = runner_.generation();
+  }
+  entry->graph.replay();
+  const Tensor drafts = entry->drafts.to(Device::cpu());
+  for (int64_t r = 0; r < rows; ++r) {
+    Request& request = *requests[r];
+    request.draft_token_ids.clear();
+    request.draft_logits.clear();
+    for (int64_t d = 0; d < wanted[r]; ++d)
+      request.draft_token_ids.push_back(drafts.data<int32_t>()[d * padded + r]);
+  }
+#else
+  (void)queries;
+  (void)requests;
+  (void)wanted;
+  (void)most;
+  (void)blocks;
+  fail("this pagoda binary was built without CUDA");
+#endif
+}
 
 }  // namespace
 
@@ -263,14 +364,15 @@ Drafter load_drafter(const SpeculativeConfig& config, Device device,
 }
 
 std::unique_ptr<Proposer> make_proposer(CausalLm& target, Drafter& drafter, const KvCachePlan& plan,
-                                        const KvCache& cache) {
+                                        const KvCache& cache, bool enforce_eager) {
   if (drafter.model) return std::make_unique<DraftModelProposer>(*drafter.model, plan, cache);
   auto* gemma4 = dynamic_cast<Gemma4Model*>(&target);
   if (gemma4 == nullptr) {
     fail("--speculative-config: the Gemma 4 assistant drafts for a Gemma 4 target only");
   }
   PAGODA_CHECK(drafter.assistant != nullptr, "a drafter with neither a model nor an assistant");
-  return std::make_unique<AssistantProposer>(*gemma4, *drafter.assistant, plan, cache);
+  return std::make_unique<AssistantProposer>(*gemma4, *drafter.assistant, plan, cache,
+                                             enforce_eager);
 }
 
 }  // namespace pagoda

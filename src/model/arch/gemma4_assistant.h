@@ -23,6 +23,8 @@ class Gemma4Assistant {
   // written.
   DraftStep step(const Tensor& token_embeddings, const Tensor& hidden,
                  const ForwardBatch& batch) const;
+  // Whether a step waits for the device (an MoE block's routing), so it cannot be captured.
+  bool synchronizes_with_host() const { return text_->synchronizes_with_host(); }
 
  private:
   std::unique_ptr<Gemma4Model> text_;
