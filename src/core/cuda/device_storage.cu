@@ -2,6 +2,7 @@
 
 #include <map>
 #include <mutex>
+#include <utility>
 #include <vector>
 
 #include "core/cuda/context.h"
@@ -30,11 +31,14 @@ class BlockCache {
   std::byte* take(int64_t size, int device) {
     {
       const std::lock_guard lock(mutex_);
-      auto found = free_.find({device, size});
-      if (found != free_.end() && !found->second.empty()) {
-        std::byte* block = found->second.back();
-        found->second.pop_back();
-        return block;
+      // During a capture, the capture's own freed scratch first.
+      for (auto* list : {&captured_free_, &free_}) {
+        auto found = list->find({device, size});
+        if (found != list->end() && !found->second.empty()) {
+          std::byte* block = found->second.back();
+          found->second.pop_back();
+          return block;
+        }
       }
     }
     PAGODA_CHECK(!stream_is_capturing(), "a new {}-byte device allocation during graph capture",
@@ -53,9 +57,27 @@ class BlockCache {
     return static_cast<std::byte*>(pointer);
   }
 
+  // A block freed during a capture is the capture's scratch: later allocations of the same
+  // capture may reuse it (replays run in stream order as the eager run did), nothing else until
+  // the graph gives it back.
   void give_back(std::byte* block, int64_t size, int device) {
+    // Never throws: it runs in destructors.
+    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+    const bool capturing = cudaStreamIsCapturing(stream(), &status) == cudaSuccess &&
+                           status != cudaStreamCaptureStatusNone;
     const std::lock_guard lock(mutex_);
-    free_[{device, size}].push_back(block);
+    (capturing ? captured_free_ : free_)[{device, size}].push_back(block);
+  }
+
+  std::vector<DeviceBlock> take_captured() {
+    const std::lock_guard lock(mutex_);
+    std::vector<DeviceBlock> blocks;
+    for (const auto& [key, list] : captured_free_) {
+      for (std::byte* block : list)
+        blocks.push_back({block, key.second, key.first});
+    }
+    captured_free_.clear();
+    return blocks;
   }
 
  private:
@@ -72,6 +94,8 @@ class BlockCache {
 
   std::mutex mutex_;
   std::map<std::pair<int, int64_t>, std::vector<std::byte*>> free_;
+  // Freed during the capture in progress.
+  std::map<std::pair<int, int64_t>, std::vector<std::byte*>> captured_free_;
 };
 
 class DeviceStorage final : public Storage {
@@ -211,6 +235,15 @@ void copy_bytes(std::byte* dst, Device dst_device, const std::byte* src, Device 
   }
   // With the host: a blocking copy, which orders after the engine stream's queued work.
   PAGODA_CUDA_CHECK(cudaMemcpy(dst, src, size, cudaMemcpyDefault));
+}
+
+std::vector<DeviceBlock> take_captured_frees() {
+  return BlockCache::instance().take_captured();
+}
+
+void release_blocks(const std::vector<DeviceBlock>& blocks) {
+  for (const DeviceBlock& block : blocks)
+    BlockCache::instance().give_back(block.data, block.size, block.device);
 }
 
 void strided_copy(std::byte* dst, const StridedLayout& dst_layout, const std::byte* src,

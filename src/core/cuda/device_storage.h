@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <memory>
 #include <utility>
+#include <vector>
 
 #include "core/device.h"
 
@@ -31,6 +32,20 @@ std::pair<int64_t, int64_t> memory_info(int device_index);
 
 // Device memory on GPU `device_index`, zero-filled (on the engine stream) when `zero`.
 std::shared_ptr<Storage> allocate_device(int64_t size_bytes, int device_index, bool zero);
+
+// A block of device memory as the allocator's cache holds it.
+struct DeviceBlock {
+  std::byte* data = nullptr;
+  int64_t size = 0;
+  int device = 0;
+};
+
+// Device blocks freed while the engine stream is capturing a CUDA graph are the graph's scratch:
+// its replays write them, so they stay out of the cache (and out of every later allocation) until
+// the graph is destroyed. Returns the blocks freed during the capture now ending, for the graph to
+// hold; release_blocks() gives them back to the cache.
+std::vector<DeviceBlock> take_captured_frees();
+void release_blocks(const std::vector<DeviceBlock>& blocks);
 
 // Copies bytes where at least one side is device memory: device to device on the engine stream,
 // to or from the host synchronously.

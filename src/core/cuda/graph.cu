@@ -6,6 +6,7 @@ namespace pagoda::cuda {
 Graph::~Graph() {
   if (exec_ != nullptr) cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(exec_));
   if (graph_ != nullptr) cudaGraphDestroy(static_cast<cudaGraph_t>(graph_));
+  release_blocks(scratch_);
 }
 
 void Graph::capture(const std::function<void()>& body) {
@@ -18,10 +19,13 @@ void Graph::capture(const std::function<void()>& body) {
     cudaGraph_t partial = nullptr;
     cudaStreamEndCapture(s, &partial);
     if (partial != nullptr) cudaGraphDestroy(partial);
+    release_blocks(take_captured_frees());
     throw;
   }
   cudaGraph_t graph = nullptr;
-  PAGODA_CUDA_CHECK(cudaStreamEndCapture(s, &graph));
+  const cudaError_t ended = cudaStreamEndCapture(s, &graph);
+  scratch_ = take_captured_frees();
+  PAGODA_CUDA_CHECK(ended);
   graph_ = graph;
   cudaGraphExec_t exec = nullptr;
   PAGODA_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));

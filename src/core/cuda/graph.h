@@ -2,6 +2,9 @@
 #pragma once
 
 #include <functional>
+#include <vector>
+
+#include "core/cuda/device_storage.h"
 
 namespace pagoda::cuda {
 
@@ -13,7 +16,9 @@ class Graph {
   Graph& operator=(const Graph&) = delete;
 
   // Records (without running) what `body` queues on cuda::stream(). `body` must not synchronise
-  // with the host or allocate device memory the caching allocator does not already hold.
+  // with the host or allocate device memory the caching allocator does not already hold. The
+  // device memory `body` frees (its scratch, which replays write) stays the graph's until it is
+  // destroyed.
   void capture(const std::function<void()>& body);
   // Queues the recorded work on cuda::stream().
   void replay() const;
@@ -21,6 +26,7 @@ class Graph {
  private:
   void* graph_ = nullptr;  // cudaGraph_t
   void* exec_ = nullptr;   // cudaGraphExec_t
+  std::vector<DeviceBlock> scratch_;
 };
 
 }  // namespace pagoda::cuda
