@@ -3,8 +3,8 @@
 #   checks: the centroid head and the verify cases of the attention table against the CPU; every
 #           drafter pair's greedy output against the run without drafts, with CUDA graphs and
 #           eagerly, drafts judged on the device and on the host (tests/engine/cuda_speculative_test.cc).
-#   kjv:    the default model with its assistant on its own text, batch 1 and 16, with and without
-#           drafts: acceptance, steps and decode time from --stats.
+#   kjv:    the default model with its assistant, batch 1 and 16, with and without drafts:
+#           acceptance on its own text (generate --stats) and decode throughput (bench).
 #   bench:  Llama-3-8B shape (dummy weights) verifying K = 1..4 drafts of a Llama-3.2-1B-shaped
 #           draft model against a plain decode step, batch 1 and 16; the Gemma-4-E4B-shaped
 #           assistant's drafting time on the E4B shape, K = 3.
@@ -39,6 +39,8 @@ if [ "$part" = kjv ] || [ "$part" = all ]; then
       [ "$mode" = spec ] && flags=(--speculative-config '{"num_speculative_tokens": 3}')
       step "kjv_batch${batch}_$mode" "$pagoda" generate --device cuda --max-tokens 256 \
         --ignore-eos --stats "${flags[@]}" "${prompts[@]}"
+      step "kjv_bench_batch${batch}_$mode" "$pagoda" bench --device cuda --input-len 16 \
+        --output-len 256 --num-iters 3 --batch-size $batch "${flags[@]}"
     done
   done
 fi
