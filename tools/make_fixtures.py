@@ -2,7 +2,7 @@
 """Build tiny random-weight Hugging Face checkpoints and reference outputs for pagoda's tests.
 
 Usage:
-    python3 tools/make_fixtures.py --out tests/fixtures [--only NAME ...] [--list]
+    python3 tools/make_fixtures.py --out tests/fixtures [--only NAME ...] [--list] [--assisted]
 
 For every fixture in FIXTURES this script
   1. builds the model with transformers (`AutoModelForCausalLM.from_config`, float32, CPU,
@@ -59,7 +59,8 @@ MIN_ROUTER_MARGIN = 1e-4
 DEFAULT_DRAFT_STEPS = 4  # drafting steps recorded per prompt by an "assistant" fixture
 
 # Files a fixture directory keeps; anything else save_pretrained writes is deleted.
-KEEP_FILES = {"config.json", "generation_config.json", "model.safetensors", "reference.json"}
+KEEP_FILES = {"config.json", "generation_config.json", "model.safetensors", "reference.json",
+              "assisted_reference.json"}
 
 # Parameter re-initialisation (see default_param_value):
 #   matrices (ndim >= 2)                         ~ N(0, matrix_std^2)
@@ -1403,12 +1404,72 @@ def print_summary(rows: list) -> None:
             log(f"{row['name']}: min drafter margin {row['min_draft_margin']:.4g}")
 
 
+# Drafter pairs whose assisted generation (transformers' `generate(assistant_model=...)`, greedy,
+# a constant 3 drafts a round) is recorded beside the target's reference, as
+# assisted_reference.json, with --assisted. Greedy assisted generation must give the target's own
+# greedy tokens; pagoda's speculative decoding is held to these files.
+ASSISTED_PAIRS = [
+    ("llama-tiny", "llama3-rope-tiny"),
+    ("mimo-tiny", "qwen3-tiny"),
+    ("gemma4-tiny", "gemma4-assistant-tiny"),
+]
+ASSISTED_DRAFTS = 3
+
+
+def make_assisted_references(out_dir: Path) -> None:
+    """Assisted generation of each ASSISTED_PAIRS pair on the target's reference prompts, from the
+    committed checkpoints; a pair transformers cannot run is reported and skipped."""
+    for target_name, drafter_name in ASSISTED_PAIRS:
+        target_dir = out_dir / target_name
+        reference = json.loads((target_dir / "reference.json").read_text())
+        try:
+            target = transformers.AutoModelForCausalLM.from_pretrained(
+                target_dir, dtype=torch.float32, attn_implementation="eager")
+            drafter = transformers.AutoModelForCausalLM.from_pretrained(
+                out_dir / drafter_name, dtype=torch.float32, attn_implementation="eager")
+        except Exception as error:  # noqa: BLE001 - any failure means "not supported here"
+            warn(f"{target_name} + {drafter_name}: cannot load the pair: {error}")
+            continue
+        target.eval()
+        drafter.eval()
+        # Every token of the continuation, as the references have them: no end-of-sequence stop.
+        for model in (target, drafter):
+            model.generation_config.eos_token_id = None
+            model.generation_config.pad_token_id = 0
+            model.generation_config.num_assistant_tokens = ASSISTED_DRAFTS
+            model.generation_config.num_assistant_tokens_schedule = "constant"
+        prompts = []
+        try:
+            for prompt in reference["prompts"]:
+                ids = torch.tensor([prompt["prompt_token_ids"]])
+                with torch.no_grad():
+                    out = target.generate(ids, assistant_model=drafter, do_sample=False,
+                                          max_new_tokens=len(prompt["greedy_token_ids"]),
+                                          attention_mask=torch.ones_like(ids))
+                tokens = out[0, ids.shape[1]:].tolist()
+                if tokens != prompt["greedy_token_ids"]:
+                    warn(f"{target_name} + {drafter_name}: assisted tokens differ from greedy ones")
+                prompts.append({"prompt_token_ids": prompt["prompt_token_ids"],
+                                "assisted_greedy_token_ids": tokens})
+        except Exception as error:  # noqa: BLE001
+            warn(f"{target_name} + {drafter_name}: transformers cannot generate with the pair: {error}")
+            continue
+        path = target_dir / "assisted_reference.json"
+        path.write_text(json.dumps({"drafter": drafter_name, "num_assistant_tokens": ASSISTED_DRAFTS,
+                                    "transformers": transformers.__version__, "prompts": prompts},
+                                   indent=1) + "\n")
+        log(f"{path}: {len(prompts)} prompts")
+
+
 def parse_args(argv: list) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", default="tests/fixtures", help="output directory (default: tests/fixtures)")
     parser.add_argument("--only", nargs="+", action="extend", metavar="NAME", default=None,
                         help="build only these fixtures")
     parser.add_argument("--list", action="store_true", help="list the fixtures and exit")
+    parser.add_argument("--assisted", action="store_true",
+                        help="only write the assisted-generation references of ASSISTED_PAIRS "
+                             "from the committed checkpoints")
     return parser.parse_args(argv)
 
 
@@ -1440,6 +1501,9 @@ def main(argv: list) -> int:
 
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
+    if args.assisted:
+        make_assisted_references(out_dir)
+        return 0
     rows = [make_fixture(entry, out_dir) for entry in selected]
     print_summary(rows)
     return 0

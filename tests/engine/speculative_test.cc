@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
+#include <fstream>
 #include <map>
 
 #include "engine/engine.h"
@@ -141,6 +143,42 @@ INSTANTIATE_TEST_SUITE_P(
         // Llama with another Llama as draft model.
         Pair{"llama-tiny", "llama3-rope-tiny", "llama_llama"}),
     [](const ::testing::TestParamInfo<Pair>& info) { return std::string(info.param.label); });
+
+// transformers' own assisted generation (tools/make_fixtures.py --assisted: greedy, a constant 3
+// drafts a round) on the pairs it runs: pagoda's speculative decoding with the same drafter gives
+// the same tokens.
+TEST(SpeculativeEngineTest, MatchesTransformersAssistedGeneration) {
+  int64_t pairs = 0;
+  for (const auto& [target, drafter] :
+       {std::pair{"llama-tiny", "llama3-rope-tiny"}, std::pair{"mimo-tiny", "qwen3-tiny"},
+        std::pair{"gemma4-tiny", "gemma4-assistant-tiny"}}) {
+    const std::string path =
+        std::string(PAGODA_SOURCE_DIR) + "/tests/fixtures/" + target + "/assisted_reference.json";
+    if (!std::filesystem::exists(path)) continue;  // a pair transformers does not run
+    ++pairs;
+    SCOPED_TRACE(target);
+    std::ifstream file(path);
+    const nlohmann::json reference = nlohmann::json::parse(file);
+    ASSERT_EQ(reference["drafter"], drafter);
+    auto pair = load_pair(target, drafter, reference["num_assistant_tokens"].get<int64_t>());
+    std::vector<GenerationRequest> requests;
+    std::vector<std::vector<int32_t>> expected;
+    for (const nlohmann::json& prompt : reference["prompts"]) {
+      expected.push_back(prompt["assisted_greedy_token_ids"].get<std::vector<int32_t>>());
+      requests.push_back(
+          {.prompt_token_ids = prompt["prompt_token_ids"].get<std::vector<int32_t>>(),
+           .params = {.temperature = 0.0,
+                      .max_tokens = static_cast<int64_t>(expected.back().size()),
+                      .ignore_eos = true}});
+    }
+    GenerationStats stats;
+    const std::vector<Request> spec = pair->run(requests, true, {}, &stats);
+    EXPECT_GT(stats.spec_rounds, 0);
+    for (size_t r = 0; r < requests.size(); ++r)
+      EXPECT_EQ(token_ids(spec[r]), expected[r]) << "prompt " << r;
+  }
+  EXPECT_GE(pairs, 1) << "no assisted_reference.json: run tools/make_fixtures.py --assisted";
+}
 
 // A batch under KV pressure, a small token budget (chunked prompts, trimmed drafts), a sequence
 // limit and repeated prompts (prefix-cache hits), with a drafter that keeps everything (the target
