@@ -84,8 +84,11 @@ int64_t model_layers(const KvCachePlan& plan) {
 // A draft model with KV layers of its own after the target's in the pool.
 class DraftModelProposer final : public Proposer {
  public:
-  DraftModelProposer(CausalLm& model, const KvCachePlan& plan, const KvCache& cache)
-      : model_(model), runner_(model, plan, cache, {.first_layer = model_layers(plan)}) {}
+  DraftModelProposer(CausalLm& model, const KvCachePlan& plan, const KvCache& cache,
+                     bool enforce_eager)
+      : model_(model),
+        runner_(model, plan, cache,
+                {.first_layer = model_layers(plan), .enforce_eager = enforce_eager}) {}
 
   void propose(std::span<const ScheduledChunk> chunks, const KvCacheManager& blocks) override {
     // The first forward catches up on every token the drafter has not seen, the last included,
@@ -111,27 +114,19 @@ class DraftModelProposer final : public Proposer {
     add_drafts(first.logits, first.first_row, requests_of(catch_up), 0);
     for (ScheduledChunk& run : catch_up)
       run.request->draft_computed = run.request->num_tokens();
-    // Draft d (d >= 1) follows draft d - 1, fed at position num_tokens + d - 1.
+    // Draft d (d >= 1) follows draft d - 1, fed at position num_tokens + d - 1: a one-token
+    // decode, which replays a decode graph on a GPU.
     for (int64_t d = 1; d < most; ++d) {
-      std::vector<QueryToken> queries;
-      std::vector<ScheduledChunk> drafting;
+      std::vector<ScheduledChunk> feeds;
+      std::vector<Request*> drafting;
       for (const ScheduledChunk& run : catch_up) {
         if (run.num_drafts <= d) continue;
-        const Request& request = *run.request;
-        const int64_t position = request.num_tokens() + d - 1;
-        queries.push_back({.request = &request,
-                           .token = request.draft_token_ids[d - 1],
-                           .position = position,
-                           .seq_len = position + 1,
-                           .writes = true});
-        drafting.push_back(run);
+        feeds.push_back({run.request, run.request->num_tokens() + d - 1, 1, 0});
+        drafting.push_back(run.request);
       }
-      const Tensor logits =
-          model_.compute_logits(model_.forward(runner_.prepare_queries(queries, blocks)));
-      std::vector<int64_t> rows(drafting.size());
-      for (size_t r = 0; r < rows.size(); ++r)
-        rows[r] = static_cast<int64_t>(r);
-      add_drafts(logits, rows, requests_of(drafting), d);
+      const RunnerOutput next =
+          runner_.execute(feeds, std::vector<int64_t>(feeds.size(), 1), blocks);
+      add_drafts(next.logits, next.first_row, drafting, d);
     }
   }
 
@@ -365,7 +360,9 @@ Drafter load_drafter(const SpeculativeConfig& config, Device device,
 
 std::unique_ptr<Proposer> make_proposer(CausalLm& target, Drafter& drafter, const KvCachePlan& plan,
                                         const KvCache& cache, bool enforce_eager) {
-  if (drafter.model) return std::make_unique<DraftModelProposer>(*drafter.model, plan, cache);
+  if (drafter.model) {
+    return std::make_unique<DraftModelProposer>(*drafter.model, plan, cache, enforce_eager);
+  }
   auto* gemma4 = dynamic_cast<Gemma4Model*>(&target);
   if (gemma4 == nullptr) {
     fail("--speculative-config: the Gemma 4 assistant drafts for a Gemma 4 target only");

@@ -52,7 +52,8 @@ class Proposer {
 // The proposer of `drafter` for `target`, over the pool `plan` and `cache` planned with the
 // drafter's layers after the target's. Error when the pair cannot run together (an "mtp" drafter
 // with a target that is not Gemma 4). On a GPU, unless `enforce_eager`, the assistant's K drafting
-// steps for a batch of greedy requests replay one CUDA graph.
+// steps for a batch of greedy requests replay one CUDA graph, and a draft model's one-token steps
+// replay its decode graphs.
 std::unique_ptr<Proposer> make_proposer(CausalLm& target, Drafter& drafter, const KvCachePlan& plan,
                                         const KvCache& cache, bool enforce_eager = false);
 

@@ -26,7 +26,8 @@ struct SchedulerConfig {
 };
 
 // One request's share of a step: tokens [first, first + num_tokens) of its token_ids, then, when
-// verifying drafts, the first num_drafts of its draft_token_ids at the positions that follow.
+// verifying drafts, the first num_drafts of its draft_token_ids at the positions that follow. (A
+// draft model's chunk may start past its known tokens, at a draft it feeds back.)
 struct ScheduledChunk {
   Request* request = nullptr;
   int64_t first = 0;  // the first token computed this step (== num_computed before it)
@@ -34,10 +35,13 @@ struct ScheduledChunk {
   int64_t num_drafts = 0;
 
   int64_t total() const { return num_tokens + num_drafts; }  // the rows it puts in the step
-  // The id of its row `i` (0 <= i < total()).
+  // The id of its row `i` (0 <= i < total()): the token at position first + i, a known one or,
+  // past them, a draft.
   int32_t token(int64_t i) const {
-    return i < num_tokens ? request->token_ids[first + i]
-                          : request->draft_token_ids[i - num_tokens];
+    const int64_t position = first + i;
+    const int64_t known = static_cast<int64_t>(request->token_ids.size());
+    return position < known ? request->token_ids[position]
+                            : request->draft_token_ids[position - known];
   }
 };
 
