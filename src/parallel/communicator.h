@@ -1,0 +1,30 @@
+// Collectives among the ranks of one parallel group (tensor or decode-context parallelism). Each
+// rank holds its own Communicator and calls the group's collectives in the same order as every
+// other rank, with tensors of the same shape and dtype; a collective returns once its result is in
+// place for this rank. Implementations: in-process CPU ranks, threads of one process
+// (parallel/cpu_communicator.h), which is how the parallel model code is tested without GPUs; NCCL
+// between GPUs.
+#pragma once
+
+#include "core/tensor.h"
+
+namespace pagoda {
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+
+  virtual int rank() const = 0;
+  virtual int world_size() const = 0;
+
+  // x = the sum of every rank's x, in place. x: contiguous, f32, bf16 or f16.
+  virtual void all_reduce(const Tensor& x) = 0;
+  // out [world * n, ...] = every rank's x [n, ...], in rank order along dim 0.
+  virtual void all_gather(const Tensor& x, const Tensor& out) = 0;
+  // out [n, ...] = rows [rank * n, (rank + 1) * n) of the sum of every rank's x [world * n, ...].
+  virtual void reduce_scatter(const Tensor& x, const Tensor& out) = 0;
+  // x = root's x, in place.
+  virtual void broadcast(const Tensor& x, int root) = 0;
+};
+
+}  // namespace pagoda
