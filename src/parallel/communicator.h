@@ -22,6 +22,7 @@ class Communicator {
   // out [world * n, ...] = every rank's x [n, ...], in rank order along dim 0.
   virtual void all_gather(const Tensor& x, const Tensor& out) = 0;
   // out [n, ...] = rows [rank * n, (rank + 1) * n) of the sum of every rank's x [world * n, ...].
+  // For both, out must not overlap x.
   virtual void reduce_scatter(const Tensor& x, const Tensor& out) = 0;
   // x = root's x, in place.
   virtual void broadcast(const Tensor& x, int root) = 0;
