@@ -145,7 +145,7 @@ const ForwardBatch& ModelRunner::prepare_queries(std::span<const QueryToken> que
   for (const QueryToken& query : queries) {
     batch_.token_ids.push_back(query.token);
     batch_.positions.push_back(query.position);
-    add_sequence(*query.request, 1, query.seq_len, query.writes, true);
+    add_sequence(*query.request, 1, query.seq_len, false, true);
   }
   const int64_t padding = graph ? graph_batch_size(count) - count : 0;
   return finish_step(padding, {.padding_seqs = padding, .graph = graph});

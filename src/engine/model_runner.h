@@ -34,15 +34,13 @@ struct RunnerOptions {
   bool enforce_eager = false;
 };
 
-// One query token of a request: `token` at `position`, attending to the first `seq_len` tokens of
-// its cache; its K/V go to slot seq_len - 1 when `writes` (a drafter feeding back a draft), else
-// nowhere (a drafter reading the target's cache).
+// One read-only query token of a request: `token` at `position`, attending to the first `seq_len`
+// tokens of its cache and writing no K/V (a drafter reading the target's cache).
 struct QueryToken {
   const Request* request = nullptr;
   int32_t token = 0;
   int64_t position = 0;
   int64_t seq_len = 0;
-  bool writes = false;
 };
 
 class ModelRunner {

@@ -191,8 +191,7 @@ class AssistantProposer final : public Proposer {
       queries.push_back({.request = &request,
                          .token = request.token_ids.back(),
                          .position = request.num_computed,
-                         .seq_len = request.num_computed,
-                         .writes = false});
+                         .seq_len = request.num_computed});
       requests.push_back(&request);
       wanted.push_back(chunk.num_drafts);
       most = std::max(most, chunk.num_drafts);
