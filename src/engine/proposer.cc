@@ -15,47 +15,45 @@
 namespace pagoda {
 namespace {
 
-// Draft `index` of `request` from a row of the drafter's logits: the argmax for a greedy request;
-// else a draw from the filtered distribution, whose logits the acceptance rule needs, kept.
-void add_draft(Request& request, int64_t index, const float* logits, int64_t vocab) {
-  if (index == 0) {
-    request.draft_token_ids.clear();
-    request.draft_logits.clear();
-  }
-  const SamplingParams& params = request.params;
-  if (params.greedy()) {
-    request.draft_token_ids.push_back(sample_token(logits, vocab, params, 0.0));
-    return;
-  }
-  request.draft_token_ids.push_back(sample_token(logits, vocab, params, request.draft_rng));
-  request.draft_logits.insert(request.draft_logits.end(), logits, logits + vocab);
-}
-
 // Draft `index` of requests[r] from row rows[r] of logits [n, vocab] f32; a null request takes
-// none. On a GPU with only greedy requests, the rows' argmaxes are taken there and only they come
-// back; otherwise the logits come to the host.
+// none. A greedy request's draft is the argmax; a sampling request's a draw with its draft_rng, and
+// it keeps the row its draft was drawn from, which the acceptance rule needs. On a GPU the drafts
+// are taken there and only their ids come back; on the host, from the logits in place.
 void add_drafts(const Tensor& logits, std::span<const int64_t> rows,
                 std::span<Request* const> requests, int64_t index) {
   const bool greedy = std::all_of(requests.begin(), requests.end(),
                                   [](const Request* r) { return !r || r->params.greedy(); });
-  if (!logits.device().is_cpu() && greedy) {
-    const int64_t count = logits.size(0);
-    const Tensor sampled = Tensor::uninitialized({2, count}, DType::kI32, logits.device());
-    ops::sample(logits, std::vector<SamplingRow>(count), sampled.select(0, 0),
-                sampled.select(0, 1).reinterpret(DType::kF32));
-    const Tensor ids = sampled.select(0, 0).to(Device::cpu());
+  // The rows sampling requests keep, apart from buffers the next forward rewrites.
+  const Tensor kept = greedy ? Tensor() : logits.clone();
+  const int64_t count = logits.size(0);
+  const int64_t vocab = logits.size(1);
+  std::vector<int32_t> drafted(count);
+  std::vector<SamplingRow> draws(count);
+  for (size_t r = 0; r < requests.size(); ++r) {
+    if (requests[r] == nullptr || requests[r]->params.greedy()) continue;
+    draws[rows[r]] = sampling_row(requests[r]->params, requests[r]->draft_rng.uniform());
+  }
+  if (logits.device().is_cpu()) {
     for (size_t r = 0; r < requests.size(); ++r) {
       if (requests[r] == nullptr) continue;
-      if (index == 0) requests[r]->draft_token_ids.clear();
-      requests[r]->draft_token_ids.push_back(ids.data<int32_t>()[rows[r]]);
+      drafted[rows[r]] = sample_token(logits.data<float>() + rows[r] * vocab, vocab,
+                                      requests[r]->params, draws[rows[r]].uniform);
     }
-    return;
+  } else {
+    const Tensor sampled = Tensor::uninitialized({2, count}, DType::kI32, logits.device());
+    ops::sample(logits, draws, sampled.select(0, 0), sampled.select(0, 1).reinterpret(DType::kF32));
+    const Tensor ids = sampled.select(0, 0).to(Device::cpu());
+    std::copy_n(ids.data<int32_t>(), count, drafted.begin());
   }
-  const Tensor host = logits.device().is_cpu() ? logits : logits.to(Device::cpu());
-  const int64_t vocab = host.size(1);
   for (size_t r = 0; r < requests.size(); ++r) {
-    if (requests[r] != nullptr)
-      add_draft(*requests[r], index, host.data<float>() + rows[r] * vocab, vocab);
+    Request* request = requests[r];
+    if (request == nullptr) continue;
+    if (index == 0) {
+      request->draft_token_ids.clear();
+      request->draft_logits.clear();
+    }
+    request->draft_token_ids.push_back(drafted[rows[r]]);
+    if (!request->params.greedy()) request->draft_logits.push_back(kept.select(0, rows[r]));
   }
 }
 

@@ -74,10 +74,10 @@ struct Request {
   std::vector<std::optional<Logprobs>> prompt_logprobs;
   SamplerRng rng;
   // Speculative decoding: the tokens the drafter proposes after token_ids for the next verify step,
-  // and, for a sampling request, the drafter's logits each was drawn from ([drafts, vocab]
-  // row-major). Set by the proposer before the step that verifies them.
+  // and, for a sampling request, the drafter's logits each was drawn from (a [vocab] f32 row per
+  // draft, where the drafter ran). Set by the proposer before the step that verifies them.
   std::vector<int32_t> draft_token_ids;
-  std::vector<float> draft_logits;
+  std::vector<Tensor> draft_logits;
   // Tokens whose K/V a draft model with layers of its own has in the cache (it lags num_computed
   // after a step that kept every draft, and is reset after preemption).
   int64_t draft_computed = 0;

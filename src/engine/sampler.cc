@@ -25,6 +25,15 @@ bool samples_from_logits(const Request& request) {
 
 Sampler::Sampler(SamplerConfig config) : config_(std::move(config)) {}
 
+// Whether a request's drafts can be judged on the device: greedy ones by the argmax of each row;
+// sampling ones when the drafter's rows they were drawn from are there too.
+bool judges_on_device(const Request& request, int64_t num_drafts) {
+  if (num_drafts == 0 || request.params.greedy()) return true;
+  return static_cast<int64_t>(request.draft_logits.size()) >= num_drafts &&
+         std::none_of(request.draft_logits.begin(), request.draft_logits.begin() + num_drafts,
+                      [](const Tensor& row) { return row.device().is_cpu(); });
+}
+
 void Sampler::prepare(std::span<const ScheduledChunk> chunks, bool logits_on_device) {
   chunks_.assign(chunks.begin(), chunks.end());
   logits_rows_.clear();
@@ -35,22 +44,32 @@ void Sampler::prepare(std::span<const ScheduledChunk> chunks, bool logits_on_dev
     const bool prompt_rows = request.prompt_logprob_rows(chunk.first);
     logits_rows_.push_back(prompt_rows ? chunk.num_tokens : 1 + chunk.num_drafts);
     samples_.push_back(chunk.first + chunk.num_tokens >= request.num_tokens());
-    // A greedy request's drafts are judged where the logits are, by the argmax of every row; a
-    // sampling request's go through the lossless rule on the host.
     on_device_ = on_device_ && !prompt_rows && samples_from_logits(request) &&
-                 (chunk.num_drafts == 0 || request.params.greedy());
+                 judges_on_device(request, chunk.num_drafts);
   }
+  // Per chunk, a row for each of its logits rows; a verifying chunk's rows judge its drafts with
+  // the draws the host would take (engine/spec_acceptance.h).
   device_rows_.clear();
+  device_drafts_.clear();
   for (size_t i = 0; i < chunks.size() && on_device_; ++i) {
-    const SamplingParams& params = chunks[i].request->params;
-    SamplingRow& row = device_rows_.emplace_back();
-    if (samples_[i] && !params.greedy()) {
-      row = {.temperature = params.temperature,
-             .top_p = params.top_p,
-             .min_p = params.min_p,
-             .uniform = chunks[i].request->rng.uniform(),
-             .top_k = std::max<int64_t>(params.top_k, 0)};
+    const ScheduledChunk& chunk = chunks[i];
+    Request& request = *chunk.request;
+    const SamplingParams& params = request.params;
+    const int64_t k = chunk.num_drafts;
+    if (!samples_[i]) {
+      device_rows_.emplace_back(logits_rows_[i]);
+      continue;
     }
+    const std::vector<double> draws = acceptance_draws(params, k, request.rng);
+    std::vector<SamplingRow> rows(k + 1, sampling_row(params, draws.empty() ? 0.0 : draws[k]));
+    for (int64_t j = 0; j < k; ++j) {
+      rows[j].draft = request.draft_token_ids[j];
+      if (params.greedy()) continue;
+      rows[j].judge = draws[j];
+      rows[j].draft_row = static_cast<int64_t>(device_drafts_.size());
+      device_drafts_.push_back(request.draft_logits[j]);
+    }
+    device_rows_.push_back(std::move(rows));
   }
 }
 
@@ -60,29 +79,7 @@ std::span<const std::vector<SampledToken>> Sampler::sample(const Tensor& logits,
                first_rows.size(), chunks_.size());
   tokens_.assign(chunks_.size(), {});
   if (on_device_) {
-    const int64_t count = logits.size(0);
-    std::vector<SamplingRow> rows(count);
-    for (size_t i = 0; i < chunks_.size(); ++i)
-      rows[first_rows[i]] = device_rows_[i];
-    // Ids and log-probabilities side by side, so one copy brings both back.
-    const Tensor sampled = Tensor::uninitialized({2, count}, DType::kI32, logits.device());
-    ops::sample(logits, rows, sampled.select(0, 0), sampled.select(0, 1).reinterpret(DType::kF32));
-    const Tensor host = sampled.to(Device::cpu());
-    const auto* ids = host.select(0, 0).data<int32_t>();
-    const auto* logprobs = host.select(0, 1).reinterpret(DType::kF32).data<float>();
-    for (size_t i = 0; i < chunks_.size(); ++i) {
-      if (!samples_[i]) continue;
-      // Drafts kept while each equals its row's argmax, then the argmax after them.
-      const int64_t first = first_rows[i];
-      const std::span<const int32_t> drafts =
-          std::span(chunks_[i].request->draft_token_ids).first(chunks_[i].num_drafts);
-      int64_t j = 0;
-      while (j < static_cast<int64_t>(drafts.size()) && drafts[j] == ids[first + j]) {
-        tokens_[i].push_back({drafts[j], logprobs[first + j], {}});
-        ++j;
-      }
-      tokens_[i].push_back({ids[first + j], logprobs[first + j], {}});
-    }
+    sample_on_device(logits, first_rows);
     return tokens_;
   }
   const Tensor host_logits = logits.device().is_cpu() ? logits : logits.to(Device::cpu());
@@ -109,6 +106,42 @@ std::span<const std::vector<SampledToken>> Sampler::sample(const Tensor& logits,
   return tokens_;
 }
 
+void Sampler::sample_on_device(const Tensor& logits, std::span<const int64_t> first_rows) {
+  const int64_t count = logits.size(0);
+  std::vector<SamplingRow> rows(count);
+  for (size_t i = 0; i < chunks_.size(); ++i)
+    std::copy(device_rows_[i].begin(), device_rows_[i].end(), rows.begin() + first_rows[i]);
+  // The drafter's rows that sampling requests' drafts are judged against, gathered.
+  Tensor drafts;
+  if (!device_drafts_.empty()) {
+    drafts = Tensor::uninitialized({static_cast<int64_t>(device_drafts_.size()), logits.size(1)},
+                                   DType::kF32, logits.device());
+    for (size_t d = 0; d < device_drafts_.size(); ++d)
+      drafts.select(0, static_cast<int64_t>(d)).copy_from(device_drafts_[d]);
+  }
+  // Ids, log-probabilities and kept flags side by side, so one copy brings them all back.
+  const Tensor sampled = Tensor::uninitialized({3, count}, DType::kI32, logits.device());
+  ops::sample(logits, rows, sampled.select(0, 0), sampled.select(0, 1).reinterpret(DType::kF32),
+              sampled.select(0, 2), drafts);
+  device_drafts_.clear();
+  const Tensor host = sampled.to(Device::cpu());
+  const auto* ids = host.select(0, 0).data<int32_t>();
+  const auto* logprobs = host.select(0, 1).reinterpret(DType::kF32).data<float>();
+  const auto* kept = host.select(0, 2).data<int32_t>();
+  for (size_t i = 0; i < chunks_.size(); ++i) {
+    if (!samples_[i]) continue;
+    // The drafts up to the first row that rejects its draft, then that row's token (a
+    // correction), or the last row's when all were kept (the bonus).
+    const int64_t first = first_rows[i];
+    int64_t j = 0;
+    while (j < chunks_[i].num_drafts && kept[first + j] != 0) {
+      tokens_[i].push_back({ids[first + j], logprobs[first + j], {}});
+      ++j;
+    }
+    tokens_[i].push_back({ids[first + j], logprobs[first + j], {}});
+  }
+}
+
 std::vector<SampledToken> Sampler::verify(const ScheduledChunk& chunk, const float* logits,
                                           const float* logprobs, int64_t vocab) {
   Request& request = *chunk.request;
@@ -117,16 +150,21 @@ std::vector<SampledToken> Sampler::verify(const ScheduledChunk& chunk, const flo
   std::vector<const float*> target_rows;
   for (int64_t j = 0; j <= k; ++j)
     target_rows.push_back(logits + j * vocab);
+  std::vector<Tensor> host_drafts;
   std::vector<const float*> draft_rows;
   if (!request.params.greedy()) {
-    PAGODA_CHECK(static_cast<int64_t>(request.draft_logits.size()) >= k * vocab,
+    PAGODA_CHECK(static_cast<int64_t>(request.draft_logits.size()) >= k,
                  "request {} has drafter logits for {} of {} drafts", request.id,
-                 request.draft_logits.size() / vocab, k);
-    for (int64_t j = 0; j < k; ++j)
-      draft_rows.push_back(request.draft_logits.data() + j * vocab);
+                 request.draft_logits.size(), k);
+    for (int64_t j = 0; j < k; ++j) {
+      const Tensor& row = request.draft_logits[j];
+      host_drafts.push_back(row.device().is_cpu() ? row : row.to(Device::cpu()));
+      draft_rows.push_back(host_drafts.back().data<float>());
+    }
   }
   const Acceptance acceptance =
-      accept_drafts(target_rows, draft_rows, drafts, vocab, request.params, request.rng);
+      accept_drafts(target_rows, draft_rows, drafts, vocab, request.params,
+                    acceptance_draws(request.params, k, request.rng));
   // Every token with the target's log-probabilities at its row.
   std::vector<SampledToken> tokens;
   auto add = [&](int64_t row, int32_t token) {
@@ -172,6 +210,15 @@ SampledToken Sampler::sample_on_host(Request& request, const float* logits, cons
   }
   const int32_t token = sample_token(processed_.data(), vocab, params, request.rng);
   return {token, logprobs[token], top_logprobs(logprobs, vocab, params.logprobs)};
+}
+
+SamplingRow sampling_row(const SamplingParams& params, double uniform) {
+  if (params.greedy()) return {};
+  return {.temperature = params.temperature,
+          .top_p = params.top_p,
+          .min_p = params.min_p,
+          .uniform = uniform,
+          .top_k = std::max<int64_t>(params.top_k, 0)};
 }
 
 Tensor compute_logprobs(const Tensor& logits) {

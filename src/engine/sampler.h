@@ -43,6 +43,8 @@ class Sampler {
                                                     std::span<const int64_t> first_rows);
 
  private:
+  // sample() where on_device_: the tokens drawn, and drafts judged, on the device.
+  void sample_on_device(const Tensor& logits, std::span<const int64_t> first_rows);
   // The request's next token from its last row of raw logits and log-probabilities.
   SampledToken sample_on_host(Request& request, const float* logits, const float* logprobs,
                               int64_t vocab);
@@ -59,10 +61,14 @@ class Sampler {
   std::vector<int64_t> logits_rows_;
   std::vector<bool> samples_;  // per chunk: whether its last row draws a token
   bool on_device_ = false;
-  std::vector<SamplingRow> device_rows_;  // per chunk, with on_device_
+  std::vector<std::vector<SamplingRow>> device_rows_;  // per chunk and logits row, with on_device_
+  std::vector<Tensor> device_drafts_;  // the drafter's rows the device rows judge against
   std::vector<std::vector<SampledToken>> tokens_;
   std::vector<float> processed_;  // scratch: one row of penalised logits
 };
+
+// A device row that samples as `params` do with the draw `uniform`; the argmax for greedy params.
+SamplingRow sampling_row(const SamplingParams& params, double uniform);
 
 // Log-softmax of logits [rows, vocab] (a new tensor).
 Tensor compute_logprobs(const Tensor& logits);

@@ -38,9 +38,19 @@ int32_t draw_residual(const FilteredDistribution& p, const FilteredDistribution&
 
 }  // namespace
 
+std::vector<double> acceptance_draws(const SamplingParams& params, int64_t num_drafts,
+                                     SamplerRng& rng) {
+  std::vector<double> draws;
+  if (params.greedy()) return draws;
+  for (int64_t j = 0; j <= num_drafts; ++j)
+    draws.push_back(rng.uniform());
+  return draws;
+}
+
 Acceptance accept_drafts(std::span<const float* const> target_rows,
                          std::span<const float* const> draft_rows, std::span<const int32_t> drafts,
-                         int64_t vocab, const SamplingParams& params, SamplerRng& rng) {
+                         int64_t vocab, const SamplingParams& params,
+                         std::span<const double> draws) {
   const int64_t k = static_cast<int64_t>(drafts.size());
   PAGODA_CHECK(static_cast<int64_t>(target_rows.size()) == k + 1, "{} target rows for {} drafts",
                target_rows.size(), k);
@@ -51,8 +61,10 @@ Acceptance accept_drafts(std::span<const float* const> target_rows,
     out.next = argmax(target_rows[out.accepted], vocab);
     return out;
   }
-  PAGODA_CHECK(static_cast<int64_t>(draft_rows.size()) == k, "{} draft rows for {} drafts",
-               draft_rows.size(), k);
+  PAGODA_CHECK(
+      static_cast<int64_t>(draft_rows.size()) == k && static_cast<int64_t>(draws.size()) == k + 1,
+      "{} draft rows and {} draws for {} drafts", draft_rows.size(), draws.size(), k);
+  const double next = draws[k];
   for (; out.accepted < k; ++out.accepted) {
     const FilteredDistribution p = filter_distribution(target_rows[out.accepted], vocab, params);
     const FilteredDistribution q = filter_distribution(draft_rows[out.accepted], vocab, params);
@@ -60,11 +72,11 @@ Acceptance accept_drafts(std::span<const float* const> target_rows,
     const double p_draft = p.probability(draft);
     const double q_draft = q.probability(draft);
     // q_draft is 0 only for a draft the drafter's own filters exclude: never kept.
-    if (q_draft > 0 && rng.uniform() * q_draft < p_draft) continue;
-    out.next = draw_residual(p, q, rng.uniform());
+    if (q_draft > 0 && draws[out.accepted] * q_draft < p_draft) continue;
+    out.next = draw_residual(p, q, next);
     return out;
   }
-  out.next = filter_distribution(target_rows[k], vocab, params).draw(rng.uniform());
+  out.next = filter_distribution(target_rows[k], vocab, params).draw(next);
   return out;
 }
 

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <span>
+#include <vector>
 
 #include "engine/request.h"
 #include "engine/sampling_params.h"
@@ -21,11 +22,19 @@ struct Acceptance {
   int32_t next = 0;      // the token after them: a correction, or the bonus when all were kept
 };
 
+// The draws a verify step takes for a sampling request: K + 1 uniforms from `rng` whatever is kept
+// (the judge of each draft, then the draw of the token after the kept ones), so a device that
+// judges every draft at once takes the same stream as the host. None for a greedy request; with no
+// drafts, the one draw of the next token.
+std::vector<double> acceptance_draws(const SamplingParams& params, int64_t num_drafts,
+                                     SamplerRng& rng);
+
 // target_rows: K+1 rows of the target's logits; draft_rows: the K rows of the drafter's logits
-// that the drafts were drawn from (unused when greedy); drafts: the K drafted tokens. Draws from
-// `rng` only for a sampling request: one uniform per draft judged, and one for the next token.
+// that the drafts were drawn from (unused when greedy); drafts: the K drafted tokens; draws: from
+// acceptance_draws().
 Acceptance accept_drafts(std::span<const float* const> target_rows,
                          std::span<const float* const> draft_rows, std::span<const int32_t> drafts,
-                         int64_t vocab, const SamplingParams& params, SamplerRng& rng);
+                         int64_t vocab, const SamplingParams& params,
+                         std::span<const double> draws);
 
 }  // namespace pagoda

@@ -152,10 +152,10 @@ void norm_rope(const RmsNormParams& norm, const std::vector<float>& inverse_freq
 }
 
 void sample(const Tensor& logits, std::span<const SamplingRow> rows, const Tensor& ids,
-            const Tensor& logprobs) {
+            const Tensor& logprobs, const Tensor& kept, const Tensor& draft_logits) {
   PAGODA_CHECK(!logits.device().is_cpu(), "host logits are sampled by the engine's Sampler");
   dispatch(
-      logits, [] {}, PAGODA_GPU(cuda::sample(logits, rows, ids, logprobs)));
+      logits, [] {}, PAGODA_GPU(cuda::sample(logits, rows, ids, logprobs, kept, draft_logits)));
 }
 
 Tensor centroid_masked_logits(const Tensor& hidden, const Tensor& lm_head, const Tensor& scores,

@@ -67,8 +67,11 @@ Tensor centroid_masked_logits(const Tensor& hidden, const Tensor& lm_head, const
 
 // On a GPU: ids[r] and logprobs[r], the token row r of logits [rows, vocab] f32 gives with
 // rows[r]'s parameters and draw, and its raw log-probability ([rows] int32 and f32, on the
-// device). Host logits are sampled by the engine's Sampler (engine/sampler.h), not here.
+// device). Rows that judge drafts also say in kept[r] whether they keep them, judging sampling
+// rows against draft_logits (see cuda::sample). Host logits are sampled by the engine's Sampler
+// (engine/sampler.h), not here.
 void sample(const Tensor& logits, std::span<const SamplingRow> rows, const Tensor& ids,
-            const Tensor& logprobs);
+            const Tensor& logprobs, const Tensor& kept = Tensor(),
+            const Tensor& draft_logits = Tensor());
 
 }  // namespace pagoda::ops

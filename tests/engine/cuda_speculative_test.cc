@@ -1,6 +1,6 @@
 // Speculative decoding on a GPU: each drafter pair of the CPU tests, in bf16, with CUDA graphs
-// (verify steps captured per (batch, 1 + K)) and eagerly, with greedy drafts judged on the device
-// and (with log-probabilities asked for) on the host. Greedy output must be the run without a
+// (verify steps captured per (batch, 1 + K)) and eagerly, with drafts judged on the device and
+// (with log-probabilities asked for) on the host. Greedy output must be the run without a
 // drafter's, token for token, up to a near-tie in that run's own log-probabilities, where bf16
 // rounding of a differently shaped step may pick the other token (MoE routing may flip anywhere).
 // Skipped without a device.
@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <map>
+#include <string_view>
 
 #include "engine/engine.h"
 #include "engine/proposer.h"
@@ -137,6 +138,60 @@ TEST_P(CudaSpeculativeTest, GreedyOutputIsTheRunWithoutDrafts) {
   const int64_t eagerly = kept[std::pair{true, int64_t{0}}];
   EXPECT_GE(in_graphs * 10, eagerly * 9);
   EXPECT_GE(eagerly * 10, in_graphs * 9);
+}
+
+// Sampling requests with drafts judged on the device (the lossless rule in the sampling kernel)
+// and on the host (log-probabilities asked for) take the same draws, so they produce the same
+// tokens, up to a draw that lands within rounding of a boundary, after which one sequence differs.
+TEST_P(CudaSpeculativeTest, SamplingDraftsJudgedOnTheDeviceAsOnTheHost) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  const Pair& param = GetParam();
+  const std::unique_ptr<GpuPair> pair = load_gpu_pair(param);
+  auto run = [&](int64_t logprobs, GenerationStats* stats) {
+    std::vector<GenerationRequest> requests;
+    for (const nlohmann::json& prompt : pair->reference["prompts"]) {
+      for (uint64_t seed = 0; seed < 4; ++seed) {
+        requests.push_back(
+            {.prompt_token_ids = prompt["prompt_token_ids"].get<std::vector<int32_t>>(),
+             .params = {.temperature = 0.8,
+                        .top_k = 50,
+                        .top_p = 0.95,
+                        .seed = seed,
+                        .max_tokens = 24,
+                        .ignore_eos = true,
+                        .logprobs = logprobs}});
+      }
+    }
+    const EngineConfig engine{.vocab_size = pair->config.vocab_size,
+                              .max_model_len = pair->plan.max_model_len,
+                              .eos_token_ids = pair->config.eos_token_ids};
+    return generate(*pair->model, pair->plan, pair->cache, engine, requests, stats,
+                    pair->drafter.get());
+  };
+  GenerationStats device_stats, host_stats;
+  const std::vector<Request> device = run(0, &device_stats);
+  const std::vector<Request> host = run(1, &host_stats);
+  ASSERT_EQ(device.size(), host.size());
+  int64_t same = 0;
+  for (size_t r = 0; r < device.size(); ++r)
+    same += device[r].token_ids == host[r].token_ids;
+  const auto total = static_cast<int64_t>(device.size());
+  EXPECT_GE(same * 10, total * 9) << same << " of " << total << " requests the same";
+  // Both branches of the rule ran: some drafts kept, and some not, unless the drafter is the
+  // target (p = q keeps every draft).
+  EXPECT_GT(device_stats.spec_accepted_tokens, 0);
+  if (std::string_view(param.target) == param.drafter) {
+    EXPECT_EQ(device_stats.spec_accepted_tokens, device_stats.spec_draft_tokens);
+  } else {
+    EXPECT_LT(device_stats.spec_accepted_tokens, device_stats.spec_draft_tokens);
+  }
+  std::printf(
+      "[ cuda spec ] %s sampling: %lld of %lld requests as judged on the host; %lld of "
+      "%lld drafts kept on the device, %lld on the host\n",
+      param.label, static_cast<long long>(same), static_cast<long long>(total),
+      static_cast<long long>(device_stats.spec_accepted_tokens),
+      static_cast<long long>(device_stats.spec_draft_tokens),
+      static_cast<long long>(host_stats.spec_accepted_tokens));
 }
 
 INSTANTIATE_TEST_SUITE_P(

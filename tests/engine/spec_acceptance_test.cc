@@ -17,15 +17,14 @@ using Row = std::array<float, kVocab>;
 TEST(SpecAcceptanceTest, GreedyKeepsDraftsWhileTheyAreTheArgmax) {
   const Row a{0, 0, 0, 5, 0, 0}, b{0, 0, 0, 0, 0, 5}, c{0, 5, 0, 0, 0, 0};
   const std::vector<const float*> rows{a.data(), b.data(), c.data()};
-  SamplerRng rng(1);
   const SamplingParams greedy{.temperature = 0.0};
-  Acceptance out = accept_drafts(rows, {}, std::vector<int32_t>{3, 4}, kVocab, greedy, rng);
+  Acceptance out = accept_drafts(rows, {}, std::vector<int32_t>{3, 4}, kVocab, greedy, {});
   EXPECT_EQ(out.accepted, 1);
   EXPECT_EQ(out.next, 5);  // the correction: the target's choice where draft 1 was wrong
-  out = accept_drafts(rows, {}, std::vector<int32_t>{3, 5}, kVocab, greedy, rng);
+  out = accept_drafts(rows, {}, std::vector<int32_t>{3, 5}, kVocab, greedy, {});
   EXPECT_EQ(out.accepted, 2);
   EXPECT_EQ(out.next, 1);  // the bonus token
-  out = accept_drafts(rows, {}, std::vector<int32_t>{2, 5}, kVocab, greedy, rng);
+  out = accept_drafts(rows, {}, std::vector<int32_t>{2, 5}, kVocab, greedy, {});
   EXPECT_EQ(out.accepted, 0);
   EXPECT_EQ(out.next, 3);
 }
@@ -79,7 +78,8 @@ TEST(SpecAcceptanceTest, SamplingIsLossless) {
   SamplerRng rng(7);
   for (int64_t trial = 0; trial < kTrials; ++trial) {
     const std::vector<int32_t> drafted{q0.draw(rng.uniform()), q1.draw(rng.uniform())};
-    const Acceptance out = accept_drafts(targets, drafts_rows, drafted, kVocab, params, rng);
+    const Acceptance out = accept_drafts(targets, drafts_rows, drafted, kVocab, params,
+                                         acceptance_draws(params, 2, rng));
     ++first[out.accepted >= 1 ? drafted[0] : out.next];
     ++second[out.accepted >= 2   ? drafted[1]
              : out.accepted == 1 ? out.next

@@ -316,9 +316,12 @@ class LyingProposer final : public Proposer {
   void propose(std::span<const ScheduledChunk> chunks, const KvCacheManager&) override {
     for (const ScheduledChunk& chunk : chunks) {
       chunk.request->draft_token_ids.assign(chunk.num_drafts, 7);
-      chunk.request->draft_logits.assign(chunk.num_drafts * vocab_, 0.0f);
-      for (int64_t d = 0; d < chunk.num_drafts; ++d)
-        chunk.request->draft_logits[d * vocab_ + 7] = -20.0f;
+      chunk.request->draft_logits.clear();
+      for (int64_t d = 0; d < chunk.num_drafts; ++d) {
+        Tensor row = Tensor::empty({vocab_}, DType::kF32);
+        row.data<float>()[7] = -20.0f;
+        chunk.request->draft_logits.push_back(row);
+      }
     }
   }
   void after_step(std::span<const ScheduledChunk>, std::span<const std::vector<SampledToken>>,

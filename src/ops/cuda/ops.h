@@ -70,9 +70,14 @@ void gemv(const Tensor& x, const Tensor& weight, const Tensor& out);
 // ids[r] = the token sample_token() picks from logits row r with rows[r]'s parameters and draw
 // (a greedy row's argmax, the lowest id among equal maxima), and logprobs[r] its log-probability
 // under the raw logits. logits: [rows, vocab] f32, contiguous; ids: [rows] int32; logprobs:
-// [rows] f32.
+// [rows] f32. A row that judges a draft does what accept_drafts() does at that draft: kept[r]
+// ([rows] int32, needed when any row judges one) says whether it keeps the draft, and ids[r] is
+// then the draft, else the token drawn in its place (the argmax when greedy; the residual draw
+// otherwise). draft_logits [drafts, vocab] f32 holds the drafter's rows that sampling rows judge
+// against.
 void sample(const Tensor& logits, std::span<const SamplingRow> rows, const Tensor& ids,
-            const Tensor& logprobs);
+            const Tensor& logprobs, const Tensor& kept = Tensor(),
+            const Tensor& draft_logits = Tensor());
 
 // The Gemma 4 assistant's centroid-masked head (see ops::centroid_masked_logits). hidden
 // [rows, H] and lm_head [vocab, H] bf16 (H a multiple of 8); scores [rows, C] f32; token_ordering
