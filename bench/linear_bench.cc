@@ -1,9 +1,8 @@
 // GEMM micro-benchmark at the decode shapes of a Llama-3-8B layer (and its lm_head): bf16
-// x[M, K] · weight[N, K]ᵀ through cuBLASLt and, for M <= 4, through our matrix-vector kernel.
-// Each is timed in a CUDA graph, as decode steps run it. Reports the median time and the weight
-// bytes it streams over that time, against the
-// device-to-device copy bandwidth measured here. Several weight copies rotate so the L2 cache never
-// holds the one being read.
+// x[M, K] · weight[N, K]ᵀ through cuBLASLt and, for M <= kMaxGemvRows, through our matrix-vector
+// kernel. Each is timed in a CUDA graph, as decode steps run it. Reports the median time and the
+// weight bytes it streams over that time, against the device-to-device copy bandwidth measured
+// here. Several weight copies rotate so the L2 cache never holds the one being read.
 #include <cuda_runtime.h>
 #include <fmt/core.h>
 
@@ -51,7 +50,7 @@ void run() {
     std::vector<Tensor> weights;
     for (int i = 0; i < copies; ++i)
       weights.push_back(random_bf16({c.n, c.k}, rng));
-    for (int64_t m : {1, 4, 16, 64}) {
+    for (int64_t m : {1, 2, 4, 5, 8, 16, 64}) {
       const Tensor x = random_bf16({m, c.k}, rng);
       const DType out_dtype = std::string(c.name) == "lm_head" ? DType::kF32 : DType::kBF16;
       const Tensor out = Tensor::empty({m, c.n}, out_dtype, gpu);
