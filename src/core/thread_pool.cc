@@ -65,7 +65,8 @@ void ThreadPool::work(int index) {
 
 void ThreadPool::parallel_for(int64_t count, const std::function<void(int64_t, int64_t)>& body) {
   if (count <= 0) return;
-  if (workers_.empty() || count == 1 || inside_parallel_for) {
+  std::unique_lock busy(busy_, std::defer_lock);
+  if (workers_.empty() || count == 1 || inside_parallel_for || !busy.try_lock()) {
     body(0, count);
     return;
   }

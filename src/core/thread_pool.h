@@ -20,7 +20,9 @@ class ThreadPool {
   int num_threads() const { return static_cast<int>(workers_.size()) + 1; }
 
   // Runs body(begin, end) over [0, count) split into contiguous chunks, one per thread (the caller
-  // runs one). Returns when every chunk is done; the first exception thrown is rethrown.
+  // runs one). Returns when every chunk is done; the first exception thrown is rethrown. Safe from
+  // several threads at once: a call that finds the pool busy with another thread's loop runs its
+  // own on the calling thread.
   void parallel_for(int64_t count, const std::function<void(int64_t, int64_t)>& body);
 
   // The process-wide pool, sized to the machine's cores (PAGODA_NUM_THREADS overrides).
@@ -30,6 +32,7 @@ class ThreadPool {
   void work(int index);
 
   std::vector<std::thread> workers_;
+  std::mutex busy_;  // held by the thread whose loop the workers run
   std::mutex mutex_;
   std::condition_variable start_;
   std::condition_variable done_;

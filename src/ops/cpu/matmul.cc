@@ -2,12 +2,25 @@
 
 #include <cblas.h>
 
+#include <mutex>
 #include <vector>
 
 #include "core/thread_pool.h"
 
 namespace pagoda::cpu {
 namespace {
+
+// OpenBLAS runs each call on its own threads; calls from several threads at once (the ranks of an
+// in-process tensor-parallel group) take turns, each still using every core.
+std::mutex blas_mutex;
+
+void sgemm(int64_t m, int64_t n, int64_t k, const float* x, const float* weight, float* out,
+           int64_t out_stride) {
+  const std::lock_guard lock(blas_mutex);
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(m), static_cast<int>(n),
+              static_cast<int>(k), 1.0f, x, static_cast<int>(k), weight, static_cast<int>(k), 0.0f,
+              out, static_cast<int>(out_stride));
+}
 
 constexpr int64_t kTileElements = int64_t{1} << 20;  // 4 MiB of f32 per widened tile
 
@@ -40,8 +53,7 @@ void linear(const Tensor& x, const Tensor& weight, const Tensor& out) {
                "linear needs contiguous tensors");
   if (m == 0 || n == 0) return;
   if (weight.dtype() == DType::kF32) {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n, k, 1.0f, x.data<float>(), k,
-                weight.data<float>(), k, 0.0f, out.data<float>(), n);
+    sgemm(m, n, k, x.data<float>(), weight.data<float>(), out.data<float>(), n);
     return;
   }
   PAGODA_CHECK(weight.dtype() == DType::kBF16 || weight.dtype() == DType::kF16,
@@ -52,8 +64,7 @@ void linear(const Tensor& x, const Tensor& weight, const Tensor& out) {
   for (int64_t row = 0; row < n; row += tile_rows) {
     const int64_t rows = std::min(tile_rows, n - row);
     widen_rows(weight, row, rows, tile.data());
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, rows, k, 1.0f, x.data<float>(), k,
-                tile.data(), k, 0.0f, out.data<float>() + row, n);
+    sgemm(m, rows, k, x.data<float>(), tile.data(), out.data<float>() + row, n);
   }
 }
 
