@@ -25,44 +25,59 @@ uint64_t hash_name(const std::string& name, uint64_t seed) {
   return hash;
 }
 
-// splitmix64: a fast, well-mixed stream from a 64-bit state.
-uint64_t next_random(uint64_t& state) {
-  uint64_t z = (state += 0x9e3779b97f4a7c15ull);
+// splitmix64's output for a state.
+uint64_t mix(uint64_t z) {
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
   z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
   return z ^ (z >> 31);
 }
 
-// Fills `tensor` (contiguous) with uniform values in [-bound, bound), seeded by its name. Chunks
-// have their own streams, so the values do not depend on the number of threads.
-template <typename T, typename Convert>
-void fill_uniform(T* data, int64_t numel, uint64_t base, Convert convert) {
+// Dummy weights are uniform in [-bound, bound). Element i of a tensor is draw i % kChunk of
+// chunk i / kChunk's splitmix64 stream, seeded by the name: any element can be computed on its
+// own, so a slice gets the values of that part of the whole tensor, and the values do not depend
+// on the number of threads.
+constexpr int64_t kChunk = 1 << 16;
+
+float dummy_value(uint64_t base, int64_t i) {
   constexpr float kBound = 0.02f;
-  constexpr int64_t kChunk = 1 << 16;
+  constexpr uint64_t kGamma = 0x9e3779b97f4a7c15ull;
+  const uint64_t state = base + static_cast<uint64_t>(i / kChunk) * 0x632be59bd9b4e019ull +
+                         static_cast<uint64_t>(i % kChunk + 1) * kGamma;
+  const float unit = static_cast<float>(mix(state) >> 40) * 0x1p-24f;
+  return (2.0f * unit - 1.0f) * kBound;
+}
+
+// Fills `tensor` (contiguous) with the dummy values of elements `index(e)` of the whole tensor.
+template <typename T, typename Index, typename Convert>
+void fill_uniform(T* data, int64_t numel, uint64_t base, Index index, Convert convert) {
   ThreadPool::global().parallel_for(
       (numel + kChunk - 1) / kChunk, [&](int64_t first, int64_t last) {
-        for (int64_t c = first; c < last; ++c) {
-          uint64_t state = base + static_cast<uint64_t>(c) * 0x632be59bd9b4e019ull;
-          const int64_t end = std::min(numel, (c + 1) * kChunk);
-          for (int64_t i = c * kChunk; i < end; ++i) {
-            const float unit = static_cast<float>(next_random(state) >> 40) * 0x1p-24f;
-            data[i] = convert((2.0f * unit - 1.0f) * kBound);
-          }
-        }
+        for (int64_t e = first * kChunk; e < std::min(numel, last * kChunk); ++e)
+          data[e] = convert(dummy_value(base, index(e)));
       });
 }
 
-void fill_dummy(const Tensor& tensor, const std::string& name, uint64_t seed) {
+// `tensor` is `slice` of a tensor of `shape` (the whole of it when slice.length is 0).
+void fill_dummy(const Tensor& tensor, const std::string& name, uint64_t seed, const Shape& shape,
+                const WeightSlice& slice) {
   const uint64_t base = hash_name(name, seed);
+  int64_t inner = 1;
+  for (size_t d = slice.dim + 1; d < shape.size(); ++d)
+    inner *= shape[d];
+  const int64_t part = slice.length * inner;  // elements of the slice per outer index
+  const int64_t whole = shape.empty() ? 1 : shape[slice.dim] * inner;
+  const auto index = [&](int64_t e) {
+    return part == 0 ? e : e / part * whole + slice.begin * inner + e % part;
+  };
   switch (tensor.dtype()) {
     case DType::kF32:
-      fill_uniform(tensor.data<float>(), tensor.numel(), base, [](float v) { return v; });
+      fill_uniform(tensor.data<float>(), tensor.numel(), base, index, [](float v) { return v; });
       break;
     case DType::kF16:
-      fill_uniform(tensor.data<uint16_t>(), tensor.numel(), base, f32_to_f16);
+      fill_uniform(tensor.data<uint16_t>(), tensor.numel(), base, index, f32_to_f16);
       break;
     case DType::kBF16:
-      fill_uniform(tensor.data<uint16_t>(), tensor.numel(), base, f32_to_bf16);
+      fill_uniform(tensor.data<uint16_t>(), tensor.numel(), base, index, f32_to_bf16);
       break;
     default:
       PAGODA_CHECK(false, "dummy weights must be floating");
@@ -164,10 +179,23 @@ std::vector<int64_t> WeightSource::get_int64(const std::string& name, const Shap
 }
 
 Tensor WeightSource::get(const std::string& name, const Shape& shape) {
+  return get(name, shape, WeightSlice{});
+}
+
+Tensor WeightSource::get(const std::string& name, const Shape& shape, const WeightSlice& slice) {
+  const bool whole = slice.length == 0;
+  if (!whole &&
+      (slice.dim < 0 || slice.dim >= static_cast<int64_t>(shape.size()) || slice.begin < 0 ||
+       slice.length < 0 || slice.begin + slice.length > shape[slice.dim])) {
+    fail("'{}': a slice of [{}, {}) along dim {} is outside its shape {}", name, slice.begin,
+         slice.begin + slice.length, slice.dim, shape);
+  }
+  Shape part = shape;
+  if (!whole) part[slice.dim] = slice.length;
   if (!checkpoint_) {
     mark_used(name);
-    Tensor tensor = Tensor::empty(shape, dummy_dtype_);
-    fill_dummy(tensor, name, seed_);
+    Tensor tensor = Tensor::empty(part, dummy_dtype_);
+    fill_dummy(tensor, name, seed_, shape, slice);
     return place(std::move(tensor));
   }
   Tensor tensor = stored(name, shape);
@@ -176,8 +204,11 @@ Tensor WeightSource::get(const std::string& name, const Shape& shape) {
     fail("{}: tensor '{}' is {}; a weight must be float32, float16 or bfloat16",
          checkpoint_->file_of(name), name, dtype_name(tensor.dtype()));
   }
-  // Views of the mapping are kept when aligned; otherwise copied so elements load aligned.
-  if (reinterpret_cast<uintptr_t>(tensor.raw_data()) % tensor.element_size() != 0) {
+  if (!whole) tensor = tensor.narrow(slice.dim, slice.begin, slice.length);
+  // Views of the mapping are kept when contiguous and aligned; otherwise copied, so elements load
+  // aligned and a slice across rows reads only its own bytes.
+  if (!tensor.is_contiguous() ||
+      reinterpret_cast<uintptr_t>(tensor.raw_data()) % tensor.element_size() != 0) {
     tensor = tensor.clone();
   } else {
     touch_pages(tensor);

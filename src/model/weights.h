@@ -14,6 +14,13 @@ namespace pagoda {
 
 enum class LoadFormat { kSafetensors, kDummy };
 
+// Part of a tensor along one dimension: indices [begin, begin + length) of `dim` (a rank's shard).
+struct WeightSlice {
+  int64_t dim = 0;
+  int64_t begin = 0;
+  int64_t length = 0;
+};
+
 // Parses "safetensors" / "auto" or "dummy". Throws Error naming the value.
 LoadFormat parse_load_format(const std::string& text);
 
@@ -34,6 +41,10 @@ class WeightSource {
   // aligned to its element size; or on the GPU set by set_device(), in bf16. Throws Error naming
   // the tensor when it is missing, shaped otherwise or not floating point.
   Tensor get(const std::string& name, const Shape& shape);
+  // get() of only `slice` of the tensor `name` of `shape`: read from the checkpoint's mapping
+  // without the rest (dummy weights: the same values as that part of the whole tensor). Throws
+  // Error as get() does, and for a slice outside the shape.
+  Tensor get(const std::string& name, const Shape& shape, const WeightSlice& slice);
   // An int64 tensor of `shape` (token ids and the like), on the host. Dummy weights give 0, 1, 2,
   // ... in order. Throws Error naming the tensor when it is missing, shaped otherwise or not I64.
   std::vector<int64_t> get_int64(const std::string& name, const Shape& shape);

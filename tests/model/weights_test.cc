@@ -101,5 +101,42 @@ TEST(WeightsTest, DummyWeightsAreSeededAndShaped) {
   EXPECT_EQ(parse_load_format("dummy"), LoadFormat::kDummy);
 }
 
+// A slice (a rank's shard) holds exactly that part of the whole tensor, from a checkpoint and from
+// dummy weights alike; a slice outside the shape is refused naming the tensor.
+TEST(WeightsTest, SlicesAreThatPartOfTheWholeTensor) {
+  const auto equal = [](const Tensor& a, const Tensor& b) {
+    const Tensor x = a.contiguous(), y = b.contiguous();
+    return x.shape() == y.shape() && x.dtype() == y.dtype() &&
+           std::memcmp(x.raw_data(), y.raw_data(), x.numel() * x.element_size()) == 0;
+  };
+  const std::string name = "model.layers.0.self_attn.o_proj.weight";
+  WeightSource whole = WeightSource::from_checkpoint(fixture("llama-tiny"));
+  const Tensor full = whole.get(name, {64, 64});
+  for (const WeightSlice slice : {WeightSlice{0, 16, 32}, WeightSlice{1, 48, 16}}) {
+    WeightSource part = WeightSource::from_checkpoint(fixture("llama-tiny"));
+    const Tensor got = part.get(name, {64, 64}, slice);
+    EXPECT_TRUE(got.is_contiguous());
+    EXPECT_TRUE(equal(got, full.narrow(slice.dim, slice.begin, slice.length)))
+        << "dim " << slice.dim;
+  }
+  WeightSource dummy_whole = WeightSource::dummy(DType::kBF16, 5);
+  const Tensor dummy_full = dummy_whole.get("w", {3, 70000, 4});
+  for (const WeightSlice slice :
+       {WeightSlice{0, 1, 2}, WeightSlice{1, 65530, 20}, WeightSlice{2, 3, 1}}) {
+    WeightSource dummy_part = WeightSource::dummy(DType::kBF16, 5);
+    EXPECT_TRUE(equal(dummy_part.get("w", {3, 70000, 4}, slice),
+                      dummy_full.narrow(slice.dim, slice.begin, slice.length)))
+        << "dim " << slice.dim;
+  }
+  WeightSource bad = WeightSource::from_checkpoint(fixture("llama-tiny"));
+  try {
+    bad.get(name, {64, 64}, {1, 60, 8});
+    FAIL() << "expected a slice error";
+  } catch (const Error& error) {
+    EXPECT_NE(std::string(error.what()).find(name), std::string::npos) << error.what();
+  }
+  EXPECT_THROW(bad.get("model.norm.weight", {64}, {1, 0, 8}), Error);
+}
+
 }  // namespace
 }  // namespace pagoda
