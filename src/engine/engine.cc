@@ -77,6 +77,13 @@ Engine::Engine(CausalLm& model, const KvCachePlan& plan, const KvCache& cache,
         config.scheduler.max_num_batched_tokens, plan.max_tokens_per_step);
   }
   if (proposer_) counters_.spec_accepted_per_position.assign(num_speculative_tokens, 0);
+  if (!config_.other_ranks.empty()) {
+    if (proposer_) fail("speculative decoding does not run with tensor parallelism yet");
+    PAGODA_CHECK(config_.communicator != nullptr,
+                 "tensor-parallel ranks without rank 0's communicator");
+    ranks_ = std::make_unique<RankRunners>(config_.other_ranks, plan,
+                                           RunnerOptions{.enforce_eager = config.enforce_eager});
+  }
 }
 
 void Engine::validate(const GenerationRequest& request) const {
@@ -156,7 +163,7 @@ std::vector<RequestDelta> Engine::step() {
       }
     }
     sampler_.prepare(chunks, runner_.on_device());
-    const RunnerOutput output = runner_.execute(chunks, sampler_.logits_rows(), blocks_);
+    const RunnerOutput output = run_step(chunks);
     tokens = sampler_.sample(output.logits, output.first_row);
     if (proposer_) proposer_->after_step(chunks, tokens, sampler_.logits_rows(), output, blocks_);
   } catch (const std::exception& error) {
@@ -167,6 +174,20 @@ std::vector<RequestDelta> Engine::step() {
   ++counters_.steps;
   append_tokens(chunks, tokens, deltas);
   return deltas;
+}
+
+RunnerOutput Engine::run_step(std::span<const ScheduledChunk> chunks) {
+  if (!ranks_) return runner_.execute(chunks, sampler_.logits_rows(), blocks_);
+  ranks_->start(chunks, sampler_.logits_rows(), blocks_);
+  RunnerOutput output;
+  try {
+    output = runner_.execute(chunks, sampler_.logits_rows(), blocks_);
+  } catch (...) {
+    config_.communicator->abort();
+    ranks_->finish(std::current_exception());
+  }
+  ranks_->finish();
+  return output;
 }
 
 std::vector<RequestDelta> Engine::take_aborted() {

@@ -13,6 +13,7 @@
 
 #include "engine/model_runner.h"
 #include "engine/proposer.h"
+#include "engine/rank_runners.h"
 #include "engine/request.h"
 #include "engine/sampler.h"
 #include "engine/scheduler.h"
@@ -31,6 +32,11 @@ struct EngineConfig {
   uint64_t seed = 0;  // streams of unseeded requests derive from it and the request's index
   SchedulerConfig scheduler;
   bool enforce_eager = false;  // on a GPU: no CUDA graphs for decode steps
+  // Tensor parallelism in this process (engine/rank_runners.h): the communicator of the engine's
+  // own model (rank 0), and the other ranks, each run on a thread of its own with the same step
+  // inputs. Empty for one rank.
+  Communicator* communicator = nullptr;
+  std::vector<RankShard> other_ranks;
 };
 
 struct GenerationStats {
@@ -114,6 +120,8 @@ class Engine {
   void append_tokens(std::span<const ScheduledChunk> chunks,
                      std::span<const std::vector<SampledToken>> tokens,
                      std::vector<RequestDelta>& deltas);
+  // The step's forward on every rank; rank 0's logits.
+  RunnerOutput run_step(std::span<const ScheduledChunk> chunks);
   // Why `request` ends after taking `token`, or kNone.
   FinishReason finish_reason(const Request& request, int32_t token) const;
 
@@ -124,6 +132,7 @@ class Engine {
   ModelRunner runner_;
   Sampler sampler_;
   std::unique_ptr<Proposer> proposer_;   // with a drafter
+  std::unique_ptr<RankRunners> ranks_;   // with tensor parallelism
   std::map<int64_t, Request> requests_;  // nodes stay put: other rooms keep pointers to them
   std::vector<int64_t> aborted_;         // aborted since the last step
   int64_t next_id_ = 0;

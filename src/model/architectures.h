@@ -11,6 +11,7 @@
 #include "model/causal_lm.h"
 #include "model/config_reader.h"
 #include "model/model_config.h"
+#include "model/tensor_parallel.h"
 #include "model/weights.h"
 
 namespace pagoda {
@@ -27,8 +28,12 @@ struct Architecture {
   bool nested_text_config;  // its text fields live under "text_config"
   // Fills ModelConfig::layers (and anything architecture-specific) from the text config.
   void (*read_layers)(const ConfigReader& text, ModelConfig& model);
-  // Builds the model with its weights; null for a model that only runs as a drafter.
-  std::unique_ptr<CausalLm> (*build)(const ModelConfig& config, WeightSource& weights);
+  // Builds the model (this rank's shard of it under tensor parallelism) with its weights; null for
+  // a model that only runs as a drafter.
+  std::unique_ptr<CausalLm> (*build)(const ModelConfig& config, WeightSource& weights,
+                                     const TensorParallel& tp);
+  // Whether build() shards the model over more than one rank.
+  bool tensor_parallel;
   WeightEstimate (*estimate_weights)(const ModelConfig& config);
 };
 

@@ -5,12 +5,16 @@
 
 namespace pagoda {
 
-std::unique_ptr<CausalLm> build_causal_lm(const ModelConfig& config, WeightSource& weights) {
+std::unique_ptr<CausalLm> build_causal_lm(const ModelConfig& config, WeightSource& weights,
+                                          const TensorParallel& tp) {
   const Architecture& arch = find_architecture(config.architecture);
   if (arch.build == nullptr) {
     fail("{}: {} only runs as a drafter, beside a target model", config.source, arch.name);
   }
-  std::unique_ptr<CausalLm> model = arch.build(config, weights);
+  check_tensor_parallel(config, tp.size);
+  PAGODA_CHECK(tp.rank >= 0 && tp.rank < tp.size && (tp.size == 1 || tp.comm != nullptr),
+               "rank {} of {} without a communicator", tp.rank, tp.size);
+  std::unique_ptr<CausalLm> model = arch.build(config, weights, tp);
   weights.finish();
   return model;
 }

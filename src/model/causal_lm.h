@@ -8,6 +8,7 @@
 #include "attention/attention_plan.h"
 #include "core/tensor.h"
 #include "model/model_config.h"
+#include "model/tensor_parallel.h"
 #include "model/weights.h"
 
 namespace pagoda {
@@ -35,8 +36,11 @@ class CausalLm {
   virtual bool synchronizes_with_host() const { return false; }
 };
 
-// Builds the architecture named in `config` with weights from `weights`. Throws Error naming the
-// architecture when it has no implementation, and any weight that is missing or misshapen.
-std::unique_ptr<CausalLm> build_causal_lm(const ModelConfig& config, WeightSource& weights);
+// Builds the architecture named in `config` with weights from `weights`: rank tp.rank's shard of it
+// under tensor parallelism (each rank reads only its slices). Throws Error naming the architecture
+// when it has no implementation or does not split over tp.size ranks (check_tensor_parallel), and
+// any weight that is missing or misshapen.
+std::unique_ptr<CausalLm> build_causal_lm(const ModelConfig& config, WeightSource& weights,
+                                          const TensorParallel& tp = {});
 
 }  // namespace pagoda

@@ -6,9 +6,17 @@
 // between GPUs.
 #pragma once
 
+#include <exception>
+#include <span>
+
 #include "core/tensor.h"
 
 namespace pagoda {
+
+// Of the failures of a group's ranks (null where a rank did not fail), the one that caused the
+// others: the first, by rank, that is not a collective failing because another rank aborted the
+// group. Null when none failed.
+std::exception_ptr first_cause(std::span<const std::exception_ptr> failures);
 
 class Communicator {
  public:
@@ -26,6 +34,9 @@ class Communicator {
   virtual void reduce_scatter(const Tensor& x, const Tensor& out) = 0;
   // x = root's x, in place.
   virtual void broadcast(const Tensor& x, int root) = 0;
+  // Ends the group after a failure on this rank: every rank's collectives in progress and to come
+  // fail instead of waiting for it. Idempotent; the group cannot be used again.
+  virtual void abort() = 0;
 };
 
 }  // namespace pagoda

@@ -6,6 +6,7 @@
 #include <exception>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <thread>
 
 #include "core/error.h"
@@ -107,6 +108,8 @@ class CpuCommunicator final : public Communicator {
       return [] {};
     });
   }
+
+  void abort() override { leave(); }
 
   // Leaves the group: the barrier stops waiting for this rank, and the group is aborted (every
   // other rank's collective in progress or to come throws) unless `finished` says this rank ended
@@ -245,7 +248,10 @@ void run_cpu_ranks(int world_size, const std::function<void(Communicator&)>& bod
   }
   for (std::thread& thread : threads)
     thread.join();
-  // The first failure that is not only another rank's abort seen from here.
+  if (const std::exception_ptr cause = first_cause(failures)) std::rethrow_exception(cause);
+}
+
+std::exception_ptr first_cause(std::span<const std::exception_ptr> failures) {
   std::exception_ptr first;
   for (const std::exception_ptr& failure : failures) {
     if (!failure) continue;
@@ -253,13 +259,13 @@ void run_cpu_ranks(int world_size, const std::function<void(Communicator&)>& bod
     try {
       std::rethrow_exception(failure);
     } catch (const std::exception& error) {
-      if (std::string(error.what()).find("aborted by a failure on another rank") ==
-          std::string::npos) {
-        std::rethrow_exception(failure);
-      }
+      // Collectives of an aborted group say so (here and in the NCCL communicator).
+      if (std::string_view(error.what()).find("aborted") == std::string_view::npos) return failure;
+    } catch (...) {
+      return failure;
     }
   }
-  if (first) std::rethrow_exception(first);
+  return first;
 }
 
 }  // namespace pagoda

@@ -96,7 +96,7 @@ class NcclCommunicator final : public Communicator {
 
   // Ends this rank's collectives, those in progress on other threads too, with an error; NCCL
   // then fails the other ranks' collectives with this one. Idempotent.
-  void abort() {
+  void abort() override {
     if (!aborted_.exchange(true)) ncclCommAbort(comm_);
   }
 

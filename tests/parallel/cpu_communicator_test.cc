@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <random>
+#include <thread>
 
 #include "ops/cpu/ops.h"
 
@@ -153,6 +154,32 @@ TEST(CpuCommunicatorTest, ARankFailingInItsOwnCodeStopsTheOthers) {
         comm.all_reduce(x);
       },
       "rank 1 cannot go on");
+}
+
+// abort() on one rank of a group made directly (as the engine's ranks are): the others' waiting
+// collective fails, and so does every later one.
+TEST(CpuCommunicatorTest, AbortEndsTheGroup) {
+  std::vector<std::unique_ptr<Communicator>> ranks = make_cpu_group(3);
+  std::vector<std::string> errors(3);
+  std::vector<std::thread> threads;
+  for (int r = 1; r < 3; ++r) {
+    threads.emplace_back([&, r] {
+      Tensor x = Tensor::empty({4}, DType::kF32);
+      try {
+        ranks[r]->all_reduce(x);
+      } catch (const Error& error) {
+        errors[r] = error.what();
+      }
+    });
+  }
+  ranks[0]->abort();
+  ranks[0]->abort();  // idempotent
+  for (std::thread& thread : threads)
+    thread.join();
+  for (int r = 1; r < 3; ++r)
+    EXPECT_NE(errors[r].find("aborted"), std::string::npos) << "rank " << r << ": " << errors[r];
+  Tensor x = Tensor::empty({4}, DType::kF32);
+  EXPECT_THROW(ranks[1]->all_reduce(x), Error);
 }
 
 TEST(CpuCommunicatorTest, ARankCallingOneCollectiveMoreFails) {

@@ -279,7 +279,8 @@ bool Gemma4Model::synchronizes_with_host() const {
                      [](const Layer& layer) { return layer.moe.has_value(); });
 }
 
-std::unique_ptr<CausalLm> build_gemma4(const ModelConfig& config, WeightSource& weights) {
+std::unique_ptr<CausalLm> build_gemma4(const ModelConfig& config, WeightSource& weights,
+                                       const TensorParallel& /*tp: one rank*/) {
   return std::make_unique<Gemma4Model>(config, weights);
 }
 

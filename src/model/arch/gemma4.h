@@ -73,6 +73,7 @@ class Gemma4Model : public CausalLm {
   float softcap_ = 0.0f;
 };
 
-std::unique_ptr<CausalLm> build_gemma4(const ModelConfig& config, WeightSource& weights);
+std::unique_ptr<CausalLm> build_gemma4(const ModelConfig& config, WeightSource& weights,
+                                       const TensorParallel& tp);
 
 }  // namespace pagoda

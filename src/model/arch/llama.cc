@@ -15,7 +15,7 @@ cpu::Activation read_gated_activation(const ConfigReader& text) {
 }
 
 LlamaModel::LlamaModel(const ModelConfig& config, WeightSource& weights,
-                       const SelfAttentionOptions& attention_options) {
+                       const SelfAttentionOptions& attention_options, const TensorParallel& tp) {
   const ConfigReader text(config.text_config, config.source);
   for (const char* key : {"attention_bias", "mlp_bias"}) {
     if (text.boolean_or(key, false)) text.fail_field(key, "is true; biases are not supported yet");
@@ -36,9 +36,9 @@ LlamaModel::LlamaModel(const ModelConfig& config, WeightSource& weights,
     layers_.push_back(
         Layer{RmsNorm::load(weights, prefix + ".input_layernorm.weight", hidden, eps),
               std::make_unique<SelfAttention>(weights, prefix + ".self_attn", hidden, attention,
-                                              rope, options),
+                                              rope, options, tp),
               RmsNorm::load(weights, prefix + ".post_attention_layernorm.weight", hidden, eps),
-              GatedMlp::load(weights, prefix + ".mlp", hidden, inner, activation)});
+              GatedMlp::load(weights, prefix + ".mlp", hidden, inner, activation, tp)});
   }
   norm_ = RmsNorm::load(weights, "model.norm.weight", hidden, eps);
   lm_head_ = text.boolean_or("tie_word_embeddings", false)
@@ -55,8 +55,9 @@ Tensor LlamaModel::compute_logits(const Tensor& hidden) {
   return ops::linear(hidden, lm_head_, DType::kF32);
 }
 
-std::unique_ptr<CausalLm> build_llama(const ModelConfig& config, WeightSource& weights) {
-  return std::make_unique<LlamaModel>(config, weights, SelfAttentionOptions{});
+std::unique_ptr<CausalLm> build_llama(const ModelConfig& config, WeightSource& weights,
+                                      const TensorParallel& tp) {
+  return std::make_unique<LlamaModel>(config, weights, SelfAttentionOptions{}, tp);
 }
 
 }  // namespace pagoda

@@ -11,8 +11,9 @@ namespace pagoda {
 
 class LlamaModel : public CausalLm {
  public:
+  // This rank's shard under `tp`.
   LlamaModel(const ModelConfig& config, WeightSource& weights,
-             const SelfAttentionOptions& attention_options);
+             const SelfAttentionOptions& attention_options, const TensorParallel& tp = {});
   Tensor forward(const ForwardBatch& batch) override;
   Tensor compute_logits(const Tensor& hidden) override;
 
@@ -29,8 +30,10 @@ class LlamaModel : public CausalLm {
   Tensor lm_head_;  // [vocab, hidden]; the embedding when tied
 };
 
-std::unique_ptr<CausalLm> build_llama(const ModelConfig& config, WeightSource& weights);
-std::unique_ptr<CausalLm> build_qwen3(const ModelConfig& config, WeightSource& weights);
+std::unique_ptr<CausalLm> build_llama(const ModelConfig& config, WeightSource& weights,
+                                      const TensorParallel& tp);
+std::unique_ptr<CausalLm> build_qwen3(const ModelConfig& config, WeightSource& weights,
+                                      const TensorParallel& tp);
 
 // hidden_act of a Llama-style config: "silu" or a tanh GELU. Throws Error for others.
 cpu::Activation read_gated_activation(const ConfigReader& text);

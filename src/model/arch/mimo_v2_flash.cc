@@ -202,7 +202,8 @@ bool MiMoV2FlashModel::synchronizes_with_host() const {
                      [](const Layer& layer) { return layer.moe.has_value(); });
 }
 
-std::unique_ptr<CausalLm> build_mimo_v2_flash(const ModelConfig& config, WeightSource& weights) {
+std::unique_ptr<CausalLm> build_mimo_v2_flash(const ModelConfig& config, WeightSource& weights,
+                                              const TensorParallel& /*tp: one rank*/) {
   return std::make_unique<MiMoV2FlashModel>(config, weights);
 }
 

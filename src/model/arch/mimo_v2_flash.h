@@ -52,6 +52,7 @@ class MiMoV2FlashModel : public CausalLm {
   Tensor lm_head_;  // [vocab, hidden]
 };
 
-std::unique_ptr<CausalLm> build_mimo_v2_flash(const ModelConfig& config, WeightSource& weights);
+std::unique_ptr<CausalLm> build_mimo_v2_flash(const ModelConfig& config, WeightSource& weights,
+                                              const TensorParallel& tp);
 
 }  // namespace pagoda

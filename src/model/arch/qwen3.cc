@@ -4,8 +4,9 @@
 
 namespace pagoda {
 
-std::unique_ptr<CausalLm> build_qwen3(const ModelConfig& config, WeightSource& weights) {
-  return std::make_unique<LlamaModel>(config, weights, SelfAttentionOptions{.qk_norm = true});
+std::unique_ptr<CausalLm> build_qwen3(const ModelConfig& config, WeightSource& weights,
+                                      const TensorParallel& tp) {
+  return std::make_unique<LlamaModel>(config, weights, SelfAttentionOptions{.qk_norm = true}, tp);
 }
 
 }  // namespace pagoda

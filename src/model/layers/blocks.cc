@@ -76,14 +76,17 @@ Tensor stack_rows(const std::vector<Tensor>& weights) {
 }
 
 GatedMlp GatedMlp::load(WeightSource& weights, const std::string& prefix, int64_t hidden,
-                        int64_t inner, cpu::Activation activation) {
-  GatedMlp mlp{weights.get(prefix + ".gate_proj.weight", {inner, hidden}),
-               weights.get(prefix + ".up_proj.weight", {inner, hidden}),
-               weights.get(prefix + ".down_proj.weight", {hidden, inner}), activation};
+                        int64_t inner, cpu::Activation activation, const TensorParallel& tp) {
+  GatedMlp mlp{weights.get(prefix + ".gate_proj.weight", {inner, hidden}, tp.share(0, inner)),
+               weights.get(prefix + ".up_proj.weight", {inner, hidden}, tp.share(0, inner)),
+               weights.get(prefix + ".down_proj.weight", {hidden, inner}, tp.share(1, inner)),
+               activation};
+  mlp.tp = tp;
   if (!weights.device().is_cpu()) {
+    const int64_t rows = mlp.gate.size(0);
     mlp.gate_up = stack_rows({mlp.gate, mlp.up});
-    mlp.gate = mlp.gate_up.narrow(0, 0, inner);
-    mlp.up = mlp.gate_up.narrow(0, inner, inner);
+    mlp.gate = mlp.gate_up.narrow(0, 0, rows);
+    mlp.up = mlp.gate_up.narrow(0, rows, rows);
   }
   return mlp;
 }
@@ -94,36 +97,47 @@ Tensor GatedMlp::forward(const Tensor& x) const {
     const Tensor both = project(x, gate_up);
     Tensor out = ops::like(x, {x.size(0), inner});
     ops::gated_activation(activation, both.narrow(1, 0, inner), both.narrow(1, inner, inner), out);
-    return project(out, down);
+    const Tensor y = project(out, down);
+    tp.all_reduce(y);
+    return y;
   }
   Tensor gate_out = project(x, gate);
   ops::gated_activation(activation, gate_out, project(x, up), gate_out);
-  return project(gate_out, down);
+  const Tensor y = project(gate_out, down);
+  tp.all_reduce(y);
+  return y;
 }
 
 SelfAttention::SelfAttention(WeightSource& weights, const std::string& prefix, int64_t hidden,
                              const LayerAttentionConfig& layer, const RopeParams& rope,
-                             const SelfAttentionOptions& options)
-    : options_(options), owns_kv_(layer.kv_source == KvSource::kOwn) {
-  params_.num_q_heads = layer.num_q_heads;
-  params_.num_kv_heads = layer.num_kv_heads;
+                             const SelfAttentionOptions& options, const TensorParallel& tp)
+    : options_(options), tp_(tp), owns_kv_(layer.kv_source == KvSource::kOwn) {
+  const HeadShard heads = shard_heads(layer, tp);
+  params_.num_q_heads = heads.q_count;
+  params_.num_kv_heads = heads.kv_count;
   params_.head_size_k = layer.head_size_k;
   params_.head_size_v = layer.head_size_v;
   params_.scale = options.scale.value_or(1.0f / std::sqrt(static_cast<float>(layer.head_size_k)));
   params_.sliding_window = layer.sliding_window;
-  const int64_t q_size = layer.num_q_heads * layer.head_size_k;
-  q_proj_ = weights.get(prefix + ".q_proj.weight", {q_size, hidden});
-  o_proj_ = weights.get(prefix + ".o_proj.weight", {hidden, layer.num_q_heads * layer.head_size_v});
+  // This rank's heads of a weight whose `dim` lists heads of `size` elements.
+  const auto part = [&](int64_t dim, int64_t begin, int64_t count, int64_t size) {
+    return tp.size == 1 ? WeightSlice{} : WeightSlice{dim, begin * size, count * size};
+  };
+  const int64_t hk = layer.head_size_k, hv = layer.head_size_v;
+  q_proj_ = weights.get(prefix + ".q_proj.weight", {layer.num_q_heads * hk, hidden},
+                        part(0, heads.q_begin, heads.q_count, hk));
+  o_proj_ = weights.get(prefix + ".o_proj.weight", {hidden, layer.num_q_heads * hv},
+                        part(1, heads.q_begin, heads.q_count, hv));
   if (options.qk_norm) {
     q_norm_ =
         RmsNorm::load(weights, prefix + ".q_norm.weight", layer.head_size_k, options.norm_eps);
   }
   if (owns_kv_) {
-    k_proj_ =
-        weights.get(prefix + ".k_proj.weight", {layer.num_kv_heads * layer.head_size_k, hidden});
+    k_proj_ = weights.get(prefix + ".k_proj.weight", {layer.num_kv_heads * hk, hidden},
+                          part(0, heads.kv_begin, heads.kv_count, hk));
     if (!options.k_eq_v) {
-      v_proj_ =
-          weights.get(prefix + ".v_proj.weight", {layer.num_kv_heads * layer.head_size_v, hidden});
+      v_proj_ = weights.get(prefix + ".v_proj.weight", {layer.num_kv_heads * hv, hidden},
+                            part(0, heads.kv_begin, heads.kv_count, hv));
     }
     if (options.v_norm) v_norm_ = RmsNormParams{Tensor(), options.norm_eps, 0.0f};
     if (options.qk_norm) {
@@ -140,7 +154,8 @@ SelfAttention::SelfAttention(WeightSource& weights, const std::string& prefix, i
   if (options.sinks) {
     const std::string name =
         prefix + (weights.has(prefix + ".sinks") ? ".sinks" : ".attention_sink_bias");
-    sinks_ = on_device(cpu::to_floats(weights.get(name, {layer.num_q_heads})));
+    sinks_ = on_device(cpu::to_floats(
+        weights.get(name, {layer.num_q_heads}, part(0, heads.q_begin, heads.q_count, 1))));
   }
   inverse_frequencies_ = rope_inverse_frequencies(rope);
   rotary_dim_ = rope.rotary_dim;
@@ -231,7 +246,9 @@ Tensor SelfAttention::attend(const Tensor& x, const Tensor& q, const Tensor& k, 
   if (sinks_.defined()) params.sinks = sinks_.data<float>();
   const LayerAttention& layer = batch.attention[layer_index];
   layer.plan->forward(params, q, k, v, *layer.cache, attended);
-  return project(attended, o_proj_);
+  const Tensor out = project(attended, o_proj_);
+  tp_.all_reduce(out);
+  return out;
 }
 
 }  // namespace pagoda

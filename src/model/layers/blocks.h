@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "model/causal_lm.h"
+#include "model/tensor_parallel.h"
 #include "ops/cpu/ops.h"
 #include "ops/ops.h"
 #include "ops/rope.h"
@@ -22,17 +23,19 @@ struct RmsNorm : RmsNormParams {
   void add_apply(const Tensor& residual, const Tensor& x, const Tensor& out) const;
 };
 
-// down(act(gate(x)) * up(x)).
+// down(act(gate(x)) * up(x)). Under tensor parallelism each rank holds inner / size rows of gate
+// and up and those columns of down, and the ranks' partial outputs are summed.
 struct GatedMlp {
   Tensor gate;  // [inner, hidden]
   Tensor up;    // [inner, hidden]
   Tensor down;  // [hidden, inner]
   cpu::Activation activation = cpu::Activation::kSilu;
   Tensor gate_up;  // [2 * inner, hidden]: gate then up in one GEMM, for a model on a GPU
+  TensorParallel tp;
 
-  // Reads <prefix>.gate_proj.weight, up_proj and down_proj.
+  // Reads <prefix>.gate_proj.weight, up_proj and down_proj (this rank's share of them).
   static GatedMlp load(WeightSource& weights, const std::string& prefix, int64_t hidden,
-                       int64_t inner, cpu::Activation activation);
+                       int64_t inner, cpu::Activation activation, const TensorParallel& tp = {});
   // x: [T, hidden] -> [T, hidden].
   Tensor forward(const Tensor& x) const;
 };
@@ -52,13 +55,16 @@ struct SelfAttentionOptions {
 
 // q/k/v projections, optional per-head norms, RoPE, paged attention and the output projection.
 // A layer that reads another layer's cache (LayerAttentionConfig::kv_source) has no k/v weights:
-// it computes q only and attends with no K/V.
+// it computes q only and attends with no K/V. Under tensor parallelism each rank holds the heads
+// shard_heads() gives it (their rows of q/k/v, their columns of o) and the ranks' partial outputs
+// are summed.
 class SelfAttention {
  public:
-  // Reads <prefix>.{q,k,v,o}_proj.weight (and q_norm/k_norm). `layer` gives heads and sizes.
+  // Reads <prefix>.{q,k,v,o}_proj.weight (and q_norm/k_norm). `layer` gives the model's heads and
+  // sizes.
   SelfAttention(WeightSource& weights, const std::string& prefix, int64_t hidden,
                 const LayerAttentionConfig& layer, const RopeParams& rope,
-                const SelfAttentionOptions& options);
+                const SelfAttentionOptions& options, const TensorParallel& tp = {});
 
   // x: [T, hidden] (normed). Returns [T, hidden]. Writes this layer's K/V to its cache.
   Tensor forward(const Tensor& x, const ForwardBatch& batch, int64_t layer_index) const;
@@ -75,8 +81,9 @@ class SelfAttention {
   Tensor attend(const Tensor& x, const Tensor& q, const Tensor& k, const Tensor& v,
                 const ForwardBatch& batch, int64_t layer_index) const;
 
-  AttentionLayerParams params_;
+  AttentionLayerParams params_;  // this rank's heads
   SelfAttentionOptions options_;
+  TensorParallel tp_;
   bool owns_kv_ = true;
   Tensor q_proj_, k_proj_, v_proj_, o_proj_;
   Tensor qkv_proj_;  // [q + k + v, hidden] on a GPU, for a layer with its own K and V (not K = V)
