@@ -306,15 +306,16 @@ void run_bench(const BenchOptions& options, const CLI::App& command) {
   // Plan before loading weights, so bad flags fail fast. Without a budget, the pool holds exactly
   // the batch.
   const std::vector<int64_t> lengths(options.batch_size, options.input_len + options.output_len);
-  const KvCachePlan plan =
-      plan_cache(config, models.drafter(), engine_cache_config(engine_flags, config), lengths);
+  const KvCachePlan plan = plan_cache(models.planned, models.drafter(),
+                                      engine_cache_config(engine_flags, models.planned), lengths);
 
   const Clock::time_point load_start = Clock::now();
-  std::unique_ptr<CausalLm> model = load_model(config, model_dir, engine_flags);
+  RankModels ranks = load_model(models, engine_flags);
   const std::unique_ptr<Drafter> drafter = load_engine_drafter(models, engine_flags);
-  const KvCache cache = allocate_kv_cache(plan, engine_device(engine_flags));
+  ranks.allocate_caches(plan, engine_device(engine_flags));
   fmt::print(stderr, "loaded in {:.2f} s\n", seconds_since(load_start));
-  Engine engine(*model, plan, cache, engine_config(config, plan, engine_flags), drafter.get());
+  Engine engine(ranks.model(), plan, ranks.cache(),
+                ranks.with_ranks(engine_config(config, plan, engine_flags)), drafter.get());
   std::mt19937_64 rng(engine_flags.seed);
   for (int64_t i = 0; i < options.warmup_iters; ++i)
     run_iteration(engine, options, config.vocab_size, rng);

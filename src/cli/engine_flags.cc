@@ -6,6 +6,7 @@
 #include "core/error.h"
 #include "core/files.h"
 #include "model/safetensors.h"
+#include "parallel/cpu_communicator.h"
 
 namespace pagoda {
 
@@ -77,6 +78,12 @@ void add_engine_flags(CLI::App& command, EngineFlags& flags) {
       "Speculative decoding, as vLLM spells it: '{\"method\": \"mtp\" | "
       "\"draft_model\", \"model\": DIR, \"num_speculative_tokens\": K}' (method and, "
       "for the model's own assistant, model may be left out)");
+  command
+      .add_option("--tensor-parallel-size", flags.tensor_parallel_size,
+                  "Ranks the model is split over (attention heads and MLP columns; on the CPU, "
+                  "threads of this process)")
+      ->check(CLI::Range(1, 256))
+      ->capture_default_str();
   add_cache_flags(command, flags.cache);
 }
 
@@ -132,15 +139,39 @@ std::optional<DType> dummy_dtype(const ModelConfig& config, const EngineFlags& f
 
 }  // namespace
 
-std::unique_ptr<CausalLm> load_model(const ModelConfig& config, const std::string& model_dir,
-                                     const EngineFlags& flags) {
+RankModels load_model(const EngineModels& models, const EngineFlags& flags) {
   const Device device = engine_device(flags);
+  const ModelConfig& config = models.target;
   const std::optional<DType> dummy = dummy_dtype(config, flags);
-  WeightSource weights =
-      dummy ? WeightSource::dummy(*dummy, flags.seed) : WeightSource::from_checkpoint(model_dir);
-  if (flags.check_weights && !dummy) check_weights_finite(model_dir);
-  weights.set_device(device);
-  return build_causal_lm(config, weights);
+  if (flags.check_weights && !dummy) check_weights_finite(models.model_dir);
+  const int size = static_cast<int>(models.tensor_parallel_size);
+  RankModels out;
+  if (size > 1) out.communicators = make_cpu_group(size);
+  for (int r = 0; r < size; ++r) {
+    WeightSource weights = dummy ? WeightSource::dummy(*dummy, flags.seed)
+                                 : WeightSource::from_checkpoint(models.model_dir);
+    weights.set_device(device);
+    out.models.push_back(build_causal_lm(
+        config, weights,
+        {.rank = r, .size = size, .comm = size > 1 ? out.communicators[r].get() : nullptr}));
+  }
+  return out;
+}
+
+void RankModels::allocate_caches(const KvCachePlan& plan, Device device) {
+  caches.clear();
+  for (size_t r = 0; r < models.size(); ++r)
+    caches.push_back(allocate_kv_cache(plan, device));
+}
+
+EngineConfig RankModels::with_ranks(EngineConfig config) const {
+  if (models.size() == 1) return config;
+  config.communicator = communicators[0].get();
+  for (size_t r = 1; r < models.size(); ++r) {
+    config.other_ranks.push_back(
+        {.model = models[r].get(), .cache = &caches[r], .communicator = communicators[r].get()});
+  }
+  return config;
 }
 
 EngineConfig engine_config(const ModelConfig& config, const KvCachePlan& plan,
@@ -157,6 +188,19 @@ EngineConfig engine_config(const ModelConfig& config, const KvCachePlan& plan,
 
 EngineModels engine_models(const std::string& model_dir, const EngineFlags& flags) {
   EngineModels models{.model_dir = model_dir, .target = load_model_config(model_dir)};
+  const int64_t tp = flags.tensor_parallel_size;
+  check_tensor_parallel(models.target, tp);
+  if (tp > 1 && engine_device(flags) != Device::cpu()) {
+    fail(
+        "--tensor-parallel-size {} runs on CPU ranks so far (--device cpu); GPU ranks over NCCL "
+        "are not wired into the engine yet",
+        tp);
+  }
+  if (tp > 1 && !flags.speculative_config.empty()) {
+    fail("--speculative-config does not combine with --tensor-parallel-size yet");
+  }
+  models.tensor_parallel_size = tp;
+  models.planned = rank_model_config(models.target, tp);
   if (flags.speculative_config.empty()) return models;
   models.speculative = parse_speculative_config(flags.speculative_config, model_dir, models.target);
   return models;

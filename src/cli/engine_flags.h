@@ -42,6 +42,7 @@ struct EngineFlags {
   bool check_weights = false;      // refuse a checkpoint with NaN or infinite weights
   uint64_t seed = 0;               // dummy weights and unseeded requests
   std::string speculative_config;  // --speculative-config: JSON, empty for none
+  int64_t tensor_parallel_size = 1;
   CacheFlags cache;
 };
 
@@ -57,10 +58,26 @@ Device engine_device(const EngineFlags& flags);
 // `target` (resolve_cache_config). Error for a flag that does not parse or does not fit.
 CacheConfig engine_cache_config(const EngineFlags& flags, const ModelConfig& target);
 
-// The model of `model_dir` as the flags say (its checkpoint, or dummy weights). Error for a device
-// that cannot run it or a bad checkpoint.
-std::unique_ptr<CausalLm> load_model(const ModelConfig& config, const std::string& model_dir,
-                                     const EngineFlags& flags);
+// A run's model as every tensor-parallel rank holds it, rank 0 first (one rank without
+// --tensor-parallel-size): the shards, their communicators, and their KV caches, all allocated
+// from one plan.
+struct RankModels {
+  std::vector<std::unique_ptr<Communicator>> communicators;  // with more than one rank
+  std::vector<std::unique_ptr<CausalLm>> models;
+  std::vector<KvCache> caches;
+
+  CausalLm& model() const { return *models[0]; }
+  const KvCache& cache() const { return caches[0]; }
+  // Allocates every rank's cache from `plan` on `device`.
+  void allocate_caches(const KvCachePlan& plan, Device device);
+  // `config` with the ranks after the first, for the engine to run beside its own.
+  EngineConfig with_ranks(EngineConfig config) const;
+};
+
+struct EngineModels;
+// Every rank's shard of the model as the flags say (its checkpoint, or dummy weights); the caches
+// are left to allocate_caches(). Error for a device that cannot run it or a bad checkpoint.
+RankModels load_model(const EngineModels& models, const EngineFlags& flags);
 EngineConfig engine_config(const ModelConfig& config, const KvCachePlan& plan,
                            const EngineFlags& flags);
 
@@ -69,11 +86,16 @@ EngineConfig engine_config(const ModelConfig& config, const KvCachePlan& plan,
 struct EngineModels {
   std::string model_dir;
   ModelConfig target;
+  // The target as each tensor-parallel rank holds it (its share of the heads): what the KV cache
+  // is planned from. The target itself with one rank.
+  ModelConfig planned;
+  int64_t tensor_parallel_size = 1;
   std::optional<SpeculativeConfig> speculative;
 
   const ModelConfig* drafter() const { return speculative ? &speculative->drafter : nullptr; }
 };
-// Error for a config or a --speculative-config that cannot run (before any weight loads).
+// Error for a config, a --speculative-config or a --tensor-parallel-size that cannot run (before
+// any weight loads).
 EngineModels engine_models(const std::string& model_dir, const EngineFlags& flags);
 // The drafter --speculative-config names, loaded as the flags say (null without one).
 std::unique_ptr<Drafter> load_engine_drafter(const EngineModels& models, const EngineFlags& flags);

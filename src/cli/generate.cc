@@ -124,24 +124,24 @@ void run_generate(const GenerateOptions& options) {
   const ModelConfig& config = models.target;
   // Plan the cache before loading weights, so bad flags fail fast. Without a budget, the pool
   // holds exactly this batch (a request too long for it is refused when it is added).
-  const CacheConfig cache_config = engine_cache_config(options.engine, config);
+  const CacheConfig cache_config = engine_cache_config(options.engine, models.planned);
   std::vector<int64_t> lengths;
   for (const GenerationRequest& request : requests) {
     const int64_t tokens = static_cast<int64_t>(request.prompt_token_ids.size()) +
                            std::clamp<int64_t>(request.params.max_tokens, 0, kMaxSequenceTokens);
     lengths.push_back(std::clamp<int64_t>(tokens, 1, *cache_config.max_model_len));
   }
-  const KvCachePlan plan = plan_cache(config, models.drafter(), cache_config, lengths);
+  const KvCachePlan plan = plan_cache(models.planned, models.drafter(), cache_config, lengths);
 
   const auto started = std::chrono::steady_clock::now();
-  std::unique_ptr<CausalLm> model = load_model(config, model_dir, options.engine);
+  RankModels ranks = load_model(models, options.engine);
   const std::unique_ptr<Drafter> drafter = load_engine_drafter(models, options.engine);
   const auto loaded = std::chrono::steady_clock::now();
-  const KvCache cache = allocate_kv_cache(plan, engine_device(options.engine));
-  const EngineConfig engine = engine_config(config, plan, options.engine);
+  ranks.allocate_caches(plan, engine_device(options.engine));
+  const EngineConfig engine = ranks.with_ranks(engine_config(config, plan, options.engine));
   GenerationStats stats;
   const std::vector<Request> results =
-      generate(*model, plan, cache, engine, requests, &stats, drafter.get());
+      generate(ranks.model(), plan, ranks.cache(), engine, requests, &stats, drafter.get());
   const auto finished = std::chrono::steady_clock::now();
 
   for (size_t r = 0; r < results.size(); ++r) {

@@ -9,6 +9,9 @@
 #include "core/error.h"
 #include "core/units.h"
 #include "engine/cache_config.h"
+#include "model/architectures.h"
+#include "model/config_reader.h"
+#include "model/tensor_parallel.h"
 
 namespace pagoda {
 namespace {
@@ -91,6 +94,24 @@ int64_t layer_bytes_per_token(const KvLayer& layer) {
   return layer.owns_kv() ? layer.spec->page.bytes_per_token() : 0;
 }
 
+int64_t kv_bytes_per_token(const KvCachePlan& plan) {
+  int64_t bytes = 0;
+  for (const KvLayer& layer : plan.layers)
+    bytes += layer_bytes_per_token(layer);
+  return bytes;
+}
+
+// Parameters one rank of `size` holds: its heads' projections and its share of the MLP, with the
+// embeddings, norms and lm_head whole.
+int64_t rank_params(const ModelConfig& target, int64_t size) {
+  ModelConfig rank = rank_model_config(target, size);
+  if (size > 1) {
+    const ConfigReader text(target.text_config, target.source);
+    rank.text_config["intermediate_size"] = text.positive("intermediate_size") / size;
+  }
+  return find_architecture(rank.architecture).estimate_weights(rank).params;
+}
+
 }  // namespace
 
 InspectReport build_inspect_report(const InspectOptions& options) {
@@ -111,7 +132,16 @@ InspectReport build_inspect_report(const InspectOptions& options) {
   cache.max_num_batched_tokens = options.max_num_batched_tokens;
   const Device device{cache.backend ? cache.backend->device_type() : DeviceType::kCpu};
   cache = resolve_cache_config(cache, report.target, device);
-  report.plan = plan_cache(report.target, report.drafter ? &*report.drafter : nullptr, cache);
+  check_tensor_parallel(report.target, options.tensor_parallel_size);
+  if (options.tensor_parallel_size > 1 && report.drafter) {
+    fail("a drafter does not combine with --tensor-parallel-size yet");
+  }
+  report.tensor_parallel_size = options.tensor_parallel_size;
+  report.rank_params = rank_params(report.target, options.tensor_parallel_size);
+  report.rank_weight_bytes =
+      report.rank_params * dtype_size(report.target.dtype.value_or(DType::kBF16));
+  report.plan = plan_cache(rank_model_config(report.target, options.tensor_parallel_size),
+                           report.drafter ? &*report.drafter : nullptr, cache);
   report.dtype = *cache.dtype;
   report.attention_backend = cache.backend->name();
   return report;
@@ -186,10 +216,14 @@ nlohmann::json inspect_report_json(const InspectReport& report) {
   }
   out["buffers"] = buffers;
 
-  int64_t bytes_per_token = 0;
-  for (const KvLayer& layer : plan.layers)
-    bytes_per_token += layer_bytes_per_token(layer);
+  const int64_t bytes_per_token = kv_bytes_per_token(plan);
   const std::optional<int64_t> max_tokens = plan.max_sequence_tokens();
+  out["tensor_parallel"] = {
+      {"size", report.tensor_parallel_size},
+      {"params_per_rank", report.rank_params},
+      {"weight_bytes_per_rank", report.rank_weight_bytes},
+      {"kv_tokens_per_gib_per_rank",
+       bytes_per_token > 0 ? nlohmann::json((int64_t{1} << 30) / bytes_per_token) : nullptr}};
   out["kv_cache"] = {
       {"page_bytes", plan.page_bytes()},
       {"slots_per_block", plan.slots_per_block},
@@ -219,8 +253,19 @@ std::string inspect_report_text(const InspectReport& report) {
                        speculative_method_name(report.speculative->method),
                        report.speculative->num_speculative_tokens);
   }
-  out += fmt::format("kv dtype     {}    attention backend {}    max_model_len {}\n\n",
+  out += fmt::format("kv dtype     {}    attention backend {}    max_model_len {}\n",
                      dtype_name(report.dtype), report.attention_backend, plan.max_model_len);
+  const int64_t bytes_per_token = kv_bytes_per_token(plan);
+  const std::string sizes =
+      fmt::format("weights {} ({:.3f} B params), KV {} bytes/token ({} tokens per GiB)",
+                  format_bytes(report.rank_weight_bytes), report.rank_params / 1e9, bytes_per_token,
+                  bytes_per_token > 0 ? std::to_string((int64_t{1} << 30) / bytes_per_token) : "-");
+  if (report.tensor_parallel_size == 1) {
+    out += fmt::format("memory       {}\n\n", sizes);
+  } else {
+    out += fmt::format("tensor par.  {} ranks, each: {}; the tables are one rank's\n\n",
+                       report.tensor_parallel_size, sizes);
+  }
 
   out += "layers\n";
   TextTable layers({"#", "layer", "type", "window", "q_heads", "kv_heads", "head_k", "head_v",
@@ -309,6 +354,10 @@ void add_inspect_command(CLI::App& app) {
   inspect
       ->add_option("--max-num-batched-tokens", options->max_num_batched_tokens,
                    "Token budget per step, which bounds a sliding-window group's blocks")
+      ->capture_default_str();
+  inspect
+      ->add_option("--tensor-parallel-size", options->tensor_parallel_size,
+                   "Plan one rank of this many: its share of the KV heads and of the weights")
       ->capture_default_str();
   inspect->add_flag("--json", options->json, "Print the plan as JSON (docs/inspect-json.md)");
   inspect->callback([options] {

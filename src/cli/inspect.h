@@ -20,6 +20,7 @@ struct InspectOptions {
   std::string speculative_config;  // --speculative-config JSON; empty: none
   CacheFlags cache;
   int64_t max_num_batched_tokens = kDefaultMaxNumBatchedTokens;
+  int64_t tensor_parallel_size = 1;
   bool json = false;
 };
 
@@ -29,6 +30,11 @@ struct InspectReport {
   std::optional<SpeculativeConfig> speculative;  // from --speculative-config
   DType dtype = DType::kBF16;
   std::string attention_backend;
+  // Tensor parallelism: the ranks, and each rank's weights. The plan is one rank's (each holds its
+  // share of the KV heads).
+  int64_t tensor_parallel_size = 1;
+  int64_t rank_params = 0;        // parameters one rank holds
+  int64_t rank_weight_bytes = 0;  // at the checkpoint's dtype (bf16 when it states none)
   KvCachePlan plan;
 };
 

@@ -69,21 +69,22 @@ void run_serve(const ServeOptions& options) {
   const EngineModels models = engine_models(model_dir, options.engine);
   const ModelConfig& config = models.target;
   const Device device = engine_device(options.engine);
-  CacheConfig cache_config = engine_cache_config(options.engine, config);
+  CacheConfig cache_config = engine_cache_config(options.engine, models.planned);
   // A server needs room for many sequences. Without a budget: on the CPU, 512 MiB; on a GPU, what
   // --gpu-memory-utilization leaves once the model is loaded.
   const bool budgeted = cache_config.memory_bytes || cache_config.num_blocks;
   if (device.is_cpu() && !budgeted) cache_config.memory_bytes = int64_t{512} << 20;
   // Bad flags fail before loading.
-  KvCachePlan plan = plan_cache(config, models.drafter(), cache_config);
-  std::unique_ptr<CausalLm> model = load_model(config, model_dir, options.engine);
+  KvCachePlan plan = plan_cache(models.planned, models.drafter(), cache_config);
+  RankModels ranks = load_model(models, options.engine);
   const std::unique_ptr<Drafter> drafter = load_engine_drafter(models, options.engine);
   if (!device.is_cpu() && !budgeted) {
     cache_config.memory_bytes = gpu_kv_cache_budget(device, options.engine.gpu_memory_utilization);
-    plan = plan_cache(config, models.drafter(), cache_config);
+    plan = plan_cache(models.planned, models.drafter(), cache_config);
   }
-  const KvCache cache = allocate_kv_cache(plan, device);
-  EngineService engine(*model, plan, cache, engine_config(config, plan, options.engine),
+  ranks.allocate_caches(plan, device);
+  EngineService engine(ranks.model(), plan, ranks.cache(),
+                       ranks.with_ranks(engine_config(config, plan, options.engine)),
                        drafter.get());
 
   RequestLimits limits{

@@ -181,5 +181,35 @@ TEST(InspectReportTest, LibraryCallMatchesTheCli) {
             std::string::npos);
 }
 
+// One rank of several: half the KV heads per rank halve the KV bytes per token (until the KV heads
+// are replicated), and the weights shrink by the split projections only.
+TEST(InspectCliTest, TensorParallelShowsOneRank) {
+  const auto json_of = [](int size) {
+    const CliRun run = run_pagoda("inspect --model " + std::string(PAGODA_SOURCE_DIR) +
+                                  "/bench/configs/llama-3-8b --tensor-parallel-size " +
+                                  std::to_string(size) + " --json");
+    EXPECT_EQ(run.exit_code, 0) << run.err;
+    return nlohmann::json::parse(run.out);
+  };
+  const nlohmann::json one = json_of(1), two = json_of(2), sixteen = json_of(16);
+  EXPECT_EQ(one["tensor_parallel"]["size"], 1);
+  EXPECT_EQ(two["kv_cache"]["bytes_per_token"].get<int64_t>() * 2,
+            one["kv_cache"]["bytes_per_token"].get<int64_t>());
+  EXPECT_EQ(two["tensor_parallel"]["kv_tokens_per_gib_per_rank"].get<int64_t>(),
+            2 * one["tensor_parallel"]["kv_tokens_per_gib_per_rank"].get<int64_t>());
+  // 8 KV heads over 16 ranks: one head each, as over 8.
+  EXPECT_EQ(sixteen["layers"][0]["num_kv_heads"], 1);
+  // Llama-3-8B: 8.03 B parameters; on two ranks the replicated embeddings and lm_head (1.05 B)
+  // stay whole.
+  const int64_t whole = one["tensor_parallel"]["params_per_rank"].get<int64_t>();
+  const int64_t half = two["tensor_parallel"]["params_per_rank"].get<int64_t>();
+  const int64_t replicated = 2 * 128256 * 4096;
+  EXPECT_NEAR(static_cast<double>(half - replicated), (whole - replicated) / 2.0, 1e6);
+  const CliRun bad = run_pagoda("inspect --model " + std::string(PAGODA_SOURCE_DIR) +
+                                "/bench/configs/llama-3-8b --tensor-parallel-size 3");
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.err.find("do not split over 3 ranks"), std::string::npos) << bad.err;
+}
+
 }  // namespace
 }  // namespace pagoda
