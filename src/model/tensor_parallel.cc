@@ -28,8 +28,13 @@ void check_tensor_parallel(const ModelConfig& config, int64_t size) {
   if (!arch.tensor_parallel) {
     fail(
         "{}: {} does not run tensor-parallel yet (--tensor-parallel-size {}); these do: Llama, "
-        "Qwen3",
+        "Qwen3, Gemma 4 without MoE",
         config.source, config.architecture, size);
+  }
+  const ConfigReader text(config.text_config, config.source);
+  if (text.boolean_or("enable_moe_block", false)) {
+    fail("{}: MoE experts do not split over ranks yet (--tensor-parallel-size {})", config.source,
+         size);
   }
   for (const LayerAttentionConfig& layer : config.layers) {
     if (layer.num_q_heads % size != 0) {
@@ -41,7 +46,6 @@ void check_tensor_parallel(const ModelConfig& config, int64_t size) {
            config.source, layer.name, layer.num_kv_heads, size);
     }
   }
-  const ConfigReader text(config.text_config, config.source);
   const int64_t inner = text.positive("intermediate_size");
   if (inner % size != 0) {
     fail("{}: intermediate_size {} does not split over {} ranks", config.source, inner, size);

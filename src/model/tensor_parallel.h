@@ -39,8 +39,8 @@ struct HeadShard {
 HeadShard shard_heads(const LayerAttentionConfig& layer, const TensorParallel& tp);
 
 // Error, naming the field and the numbers, unless `config` splits over `size` ranks: its
-// architecture runs tensor-parallel, every layer's q heads divide evenly, and its KV heads divide
-// evenly or divide `size`.
+// architecture runs tensor-parallel (MoE blocks do not yet), every layer's q heads divide evenly,
+// its KV heads divide evenly or divide `size`, and so does the MLP's inner size.
 void check_tensor_parallel(const ModelConfig& config, int64_t size);
 
 // `config` with every layer's heads as one rank of `size` holds them: what that rank's KV cache

@@ -73,7 +73,8 @@ class TensorParallelTest : public ::testing::TestWithParam<Case> {};
 
 // The same greedy tokens, and prompt and output log-probabilities within f32 rounding of sums
 // taken in another order, as one rank; at 4 ranks llama-tiny's 2 KV heads and at 2 and 4 ranks
-// qwen3-tiny's one are replicated.
+// qwen3-tiny's and gemma4-tiny's one are replicated. gemma4-tiny's later layers read earlier
+// layers' caches (KV sharing), its full layers have K = V, and its per-layer inputs stay whole.
 TEST_P(TensorParallelTest, MatchesOneRank) {
   const Case& c = GetParam();
   auto one = load_ranks(c.fixture, 1);
@@ -106,7 +107,8 @@ TEST_P(TensorParallelTest, MatchesOneRank) {
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, TensorParallelTest,
                          ::testing::Values(Case{"llama-tiny", 2}, Case{"llama-tiny", 4},
-                                           Case{"qwen3-tiny", 2}, Case{"qwen3-tiny", 4}),
+                                           Case{"qwen3-tiny", 2}, Case{"qwen3-tiny", 4},
+                                           Case{"gemma4-tiny", 2}, Case{"gemma4-tiny", 4}),
                          [](const auto& info) {
                            std::string name = info.param.fixture;
                            std::replace(name.begin(), name.end(), '-', '_');
@@ -129,8 +131,10 @@ TEST(TensorParallelConfigTest, RefusesWhatDoesNotSplit) {
             std::string::npos)
       << message("llama-tiny", 3);
   EXPECT_NE(message("llama-tiny", 8).find("do not split over 8 ranks"), std::string::npos);
-  EXPECT_NE(message("gemma4-tiny", 2).find("does not run tensor-parallel yet"), std::string::npos)
-      << message("gemma4-tiny", 2);
+  EXPECT_NE(message("mimo-tiny", 2).find("does not run tensor-parallel yet"), std::string::npos)
+      << message("mimo-tiny", 2);
+  EXPECT_NE(message("gemma4-noshare-tiny", 2).find("MoE experts do not split"), std::string::npos)
+      << message("gemma4-noshare-tiny", 2);
   EXPECT_NE(message("llama-tiny", 0).find("--tensor-parallel-size 0"), std::string::npos);
 }
 

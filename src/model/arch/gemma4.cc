@@ -28,7 +28,8 @@ float read_scalar(WeightSource& weights, const std::string& name) {
 
 }  // namespace
 
-Gemma4Model::Gemma4Model(const ModelConfig& config, WeightSource& weights) {
+Gemma4Model::Gemma4Model(const ModelConfig& config, WeightSource& weights,
+                         const TensorParallel& tp) {
   const ConfigReader text(config.text_config, config.source);
   const std::string prefix =
       config.architecture == "Gemma4ForConditionalGeneration" ? "model.language_model." : "model.";
@@ -83,7 +84,7 @@ Gemma4Model::Gemma4Model(const ModelConfig& config, WeightSource& weights) {
         .qk_norm = true, .v_norm = true, .k_eq_v = full && k_eq_v, .scale = 1.0f, .norm_eps = eps};
     Layer l{.input_norm = RmsNorm::load(weights, layer + ".input_layernorm.weight", hidden, eps),
             .attention = std::make_unique<SelfAttention>(weights, layer + ".self_attn", hidden,
-                                                         attention, rope, options),
+                                                         attention, rope, options, tp),
             .post_attention_norm =
                 RmsNorm::load(weights, layer + ".post_attention_layernorm.weight", hidden, eps),
             .pre_feedforward_norm =
@@ -93,7 +94,7 @@ Gemma4Model::Gemma4Model(const ModelConfig& config, WeightSource& weights) {
             .mlp = GatedMlp::load(
                 weights, layer + ".mlp", hidden,
                 double_wide && i >= first_shared && first_shared > 0 ? 2 * inner : inner,
-                cpu::Activation::kGeluTanh),
+                cpu::Activation::kGeluTanh, tp),
             .layer_scalar = read_scalar(weights, layer + ".layer_scalar")};
     if (moe) l.moe = load_moe(weights, text, layer, hidden, eps);
     if (ple_size_ > 0) {
@@ -280,8 +281,8 @@ bool Gemma4Model::synchronizes_with_host() const {
 }
 
 std::unique_ptr<CausalLm> build_gemma4(const ModelConfig& config, WeightSource& weights,
-                                       const TensorParallel& /*tp: one rank*/) {
-  return std::make_unique<Gemma4Model>(config, weights);
+                                       const TensorParallel& tp) {
+  return std::make_unique<Gemma4Model>(config, weights, tp);
 }
 
 }  // namespace pagoda

@@ -12,7 +12,9 @@ namespace pagoda {
 
 class Gemma4Model : public CausalLm {
  public:
-  Gemma4Model(const ModelConfig& config, WeightSource& weights);
+  // This rank's shard under `tp`: attention heads and MLP columns split; the per-layer inputs,
+  // norms and the tied head whole on every rank.
+  Gemma4Model(const ModelConfig& config, WeightSource& weights, const TensorParallel& tp = {});
   Tensor forward(const ForwardBatch& batch) override;
   Tensor compute_logits(const Tensor& hidden) override;
   bool synchronizes_with_host() const override;
