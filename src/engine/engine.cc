@@ -183,6 +183,7 @@ RunnerOutput Engine::run_step(std::span<const ScheduledChunk> chunks) {
   try {
     output = runner_.execute(chunks, sampler_.logits_rows(), blocks_);
   } catch (...) {
+    // The others fail at their next collective instead of waiting; finish() rethrows the cause.
     config_.communicator->abort();
     ranks_->finish(std::current_exception());
   }

@@ -21,10 +21,6 @@ bool samples_from_logits(const Request& request) {
          request.num_output_tokens() >= params.min_tokens && !params.prompt_logprobs.has_value();
 }
 
-}  // namespace
-
-Sampler::Sampler(SamplerConfig config) : config_(std::move(config)) {}
-
 // Whether a request's drafts can be judged on the device: greedy ones by the argmax of each row;
 // sampling ones when the drafter's rows they were drawn from are there too.
 bool judges_on_device(const Request& request, int64_t num_drafts) {
@@ -33,6 +29,10 @@ bool judges_on_device(const Request& request, int64_t num_drafts) {
          std::none_of(request.draft_logits.begin(), request.draft_logits.begin() + num_drafts,
                       [](const Tensor& row) { return row.device().is_cpu(); });
 }
+
+}  // namespace
+
+Sampler::Sampler(SamplerConfig config) : config_(std::move(config)) {}
 
 void Sampler::prepare(std::span<const ScheduledChunk> chunks, bool logits_on_device) {
   chunks_.assign(chunks.begin(), chunks.end());
