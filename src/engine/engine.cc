@@ -81,7 +81,7 @@ Engine::Engine(CausalLm& model, const KvCachePlan& plan, const KvCache& cache,
     if (proposer_) fail("speculative decoding does not run with tensor parallelism yet");
     PAGODA_CHECK(config_.communicator != nullptr,
                  "tensor-parallel ranks without rank 0's communicator");
-    ranks_ = std::make_unique<RankRunners>(config_.other_ranks, plan,
+    ranks_ = std::make_unique<RankRunners>(config_.other_ranks, *config_.communicator, plan,
                                            RunnerOptions{.enforce_eager = config.enforce_eager});
   }
 }
@@ -163,7 +163,9 @@ std::vector<RequestDelta> Engine::step() {
       }
     }
     sampler_.prepare(chunks, runner_.on_device());
-    const RunnerOutput output = run_step(chunks);
+    const RunnerOutput output =
+        ranks_ ? ranks_->execute(runner_, chunks, sampler_.logits_rows(), blocks_)
+               : runner_.execute(chunks, sampler_.logits_rows(), blocks_);
     tokens = sampler_.sample(output.logits, output.first_row);
     if (proposer_) proposer_->after_step(chunks, tokens, sampler_.logits_rows(), output, blocks_);
   } catch (const std::exception& error) {
@@ -174,21 +176,6 @@ std::vector<RequestDelta> Engine::step() {
   ++counters_.steps;
   append_tokens(chunks, tokens, deltas);
   return deltas;
-}
-
-RunnerOutput Engine::run_step(std::span<const ScheduledChunk> chunks) {
-  if (!ranks_) return runner_.execute(chunks, sampler_.logits_rows(), blocks_);
-  ranks_->start(chunks, sampler_.logits_rows(), blocks_);
-  RunnerOutput output;
-  try {
-    output = runner_.execute(chunks, sampler_.logits_rows(), blocks_);
-  } catch (...) {
-    // The others fail at their next collective instead of waiting; finish() rethrows the cause.
-    config_.communicator->abort();
-    ranks_->finish(std::current_exception());
-  }
-  ranks_->finish();
-  return output;
 }
 
 std::vector<RequestDelta> Engine::take_aborted() {

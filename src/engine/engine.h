@@ -120,8 +120,6 @@ class Engine {
   void append_tokens(std::span<const ScheduledChunk> chunks,
                      std::span<const std::vector<SampledToken>> tokens,
                      std::vector<RequestDelta>& deltas);
-  // The step's forward on every rank; rank 0's logits.
-  RunnerOutput run_step(std::span<const ScheduledChunk> chunks);
   // Why `request` ends after taking `token`, or kNone.
   FinishReason finish_reason(const Request& request, int32_t token) const;
 

@@ -12,8 +12,9 @@ struct RankRunners::Rank {
   std::thread thread;
 };
 
-RankRunners::RankRunners(std::span<const RankShard> ranks, const KvCachePlan& plan,
-                         const RunnerOptions& options) {
+RankRunners::RankRunners(std::span<const RankShard> ranks, Communicator& own,
+                         const KvCachePlan& plan, const RunnerOptions& options)
+    : own_(own) {
   for (const RankShard& shard : ranks) {
     PAGODA_CHECK(shard.model != nullptr && shard.cache != nullptr && shard.communicator != nullptr,
                  "a tensor-parallel rank without its model, cache or communicator");
@@ -50,6 +51,21 @@ void RankRunners::work(Rank& rank) {
     lock.lock();
     if (--pending_ == 0) done_.notify_one();
   }
+}
+
+RunnerOutput RankRunners::execute(ModelRunner& own, std::span<const ScheduledChunk> chunks,
+                                  std::span<const int64_t> logits_rows,
+                                  const KvCacheManager& blocks) {
+  start(chunks, logits_rows, blocks);
+  RunnerOutput output;
+  try {
+    output = own.execute(chunks, logits_rows, blocks);
+  } catch (...) {
+    own_.abort();
+    finish(std::current_exception());  // rethrows
+  }
+  finish(nullptr);
+  return output;
 }
 
 void RankRunners::start(std::span<const ScheduledChunk> chunks,

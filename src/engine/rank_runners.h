@@ -27,27 +27,31 @@ struct RankShard {
 
 class RankRunners {
  public:
-  // A runner and a thread for each of `ranks`, over `plan`.
-  RankRunners(std::span<const RankShard> ranks, const KvCachePlan& plan,
+  // A runner and a thread for each of `ranks`, over `plan`; `own` is the communicator of the
+  // caller's rank 0.
+  RankRunners(std::span<const RankShard> ranks, Communicator& own, const KvCachePlan& plan,
               const RunnerOptions& options);
   ~RankRunners();
   RankRunners(const RankRunners&) = delete;
   RankRunners& operator=(const RankRunners&) = delete;
 
-  // Starts the step on every rank and returns at once. The arguments must stay valid and unchanged
-  // until finish().
-  void start(std::span<const ScheduledChunk> chunks, std::span<const int64_t> logits_rows,
-             const KvCacheManager& blocks);
-  // Waits for every rank's step. A rank that fails aborts its communicator, so the others (rank 0
-  // included) fail instead of waiting for it. Rethrows the failure that caused the others, from
-  // `first` (rank 0's, when it failed) and the ranks' in order: the first that is not another
-  // rank's abort seen from there.
-  void finish(std::exception_ptr first = nullptr);
+  // One step on every rank: the others on their threads, rank 0 through `own` on the caller's.
+  // Returns rank 0's output. A rank that fails aborts its communicator, so the others fail instead
+  // of waiting for it; rethrows the failure that caused the others (the first, rank 0's before
+  // the others', that is not another rank's abort seen from there).
+  RunnerOutput execute(ModelRunner& own, std::span<const ScheduledChunk> chunks,
+                       std::span<const int64_t> logits_rows, const KvCacheManager& blocks);
 
  private:
   struct Rank;
   void work(Rank& rank);
+  // Starts the step on the other ranks; finish() waits for them and rethrows the cause among
+  // `first` (rank 0's failure) and theirs.
+  void start(std::span<const ScheduledChunk> chunks, std::span<const int64_t> logits_rows,
+             const KvCacheManager& blocks);
+  void finish(std::exception_ptr first);
 
+  Communicator& own_;
   std::vector<std::unique_ptr<Rank>> ranks_;
   std::mutex mutex_;
   std::condition_variable start_;
