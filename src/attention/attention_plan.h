@@ -22,6 +22,10 @@ struct AttentionLayerParams {
   float logit_softcap = 0.0f;    // 0: none; else scores = cap * tanh(scores / cap)
   const float* sinks = nullptr;  // [num_q_heads] f32 on the query's device: extra logits that
                                  // take probability and carry no value
+  // [T, num_q_heads] f32 on the query's device, or null: each real row's log-sum-exp of its scaled
+  // scores (the sink's included), -inf where it sees no key. What merges the outputs of ranks that
+  // attend over shares of one sequence's keys (decode context parallelism).
+  float* lse = nullptr;
 };
 
 // One layer's cache as its backend reads it: non-owning views of a shared buffer.

@@ -102,9 +102,10 @@ struct Sequence {
 };
 
 // Dense attention of one query row (query head `head`) over keys [0, position], with the case's
-// variants, in double.
-void dense_reference(const AttentionCase& c, const Sequence& seq, const float* q, int64_t head,
-                     int64_t position, double scale, const std::vector<float>& sinks, double* out) {
+// variants, in double. Returns the log-sum-exp of its scores (the sink's included).
+double dense_reference(const AttentionCase& c, const Sequence& seq, const float* q, int64_t head,
+                       int64_t position, double scale, const std::vector<float>& sinks,
+                       double* out) {
   const int64_t kv = head / (c.q_heads / c.kv_heads);
   const int64_t first = c.window > 0 ? std::max<int64_t>(0, position - c.window + 1) : 0;
   std::vector<double> scores;
@@ -129,6 +130,7 @@ void dense_reference(const AttentionCase& c, const Sequence& seq, const float* q
     for (int64_t d = 0; d < c.head_v; ++d)
       out[d] += scores[j] / sum * v[d];
   }
+  return max + std::log(sum);
 }
 
 class AttentionTest : public ::testing::TestWithParam<BackendCase> {};
@@ -255,14 +257,16 @@ TEST_P(AttentionTest, MatchesDenseAttention) {
   const Tensor value =
       host_tensor({rows, c.kv_heads, c.head_v}, activation, value_values).to(device);
   const Tensor sink_tensor = host_tensor({c.q_heads}, DType::kF32, sinks).to(device);
-  const AttentionLayerParams params{.num_q_heads = c.q_heads,
-                                    .num_kv_heads = c.kv_heads,
-                                    .head_size_k = c.head_k,
-                                    .head_size_v = c.head_v,
-                                    .scale = 1.0f / std::sqrt(static_cast<float>(c.head_k)),
-                                    .sliding_window = c.window,
-                                    .logit_softcap = c.softcap,
-                                    .sinks = c.sinks ? sink_tensor.data<float>() : nullptr};
+  const Tensor lse = host_tensor({rows, c.q_heads}, DType::kF32, {}).to(device);
+  AttentionLayerParams params{.num_q_heads = c.q_heads,
+                              .num_kv_heads = c.kv_heads,
+                              .head_size_k = c.head_k,
+                              .head_size_v = c.head_v,
+                              .scale = 1.0f / std::sqrt(static_cast<float>(c.head_k)),
+                              .sliding_window = c.window,
+                              .logit_softcap = c.softcap,
+                              .sinks = c.sinks ? sink_tensor.data<float>() : nullptr,
+                              .lse = lse.data<float>()};
   const std::unique_ptr<AttentionPlan> plan =
       backend.make_plan({.page = page,
                          .max_model_len = c.graph_max_len > 0 ? c.graph_max_len : longest,
@@ -271,16 +275,19 @@ TEST_P(AttentionTest, MatchesDenseAttention) {
   const Tensor output = host_tensor({rows, c.q_heads * c.head_v}, activation, {}).to(device);
   plan->forward(params, query, key, value, cache, output);
   const std::vector<float> result = host_floats(output);
+  const std::vector<float> lses = host_floats(lse);
 
-  double worst = 0, diff2 = 0, norm2 = 0;
+  double worst = 0, diff2 = 0, norm2 = 0, worst_lse = 0;
   int64_t row = 0;
   std::vector<double> expected(c.head_v);
   const std::vector<float> queries = host_floats(query);
   for (size_t s = 0; s < seqs.size(); ++s) {
     for (int64_t p = c.seqs[s].first; p < c.seqs[s].first + c.seqs[s].second; ++p, ++row) {
       for (int64_t h = 0; h < c.q_heads; ++h) {
-        dense_reference(c, seqs[s], &queries[(row * c.q_heads + h) * c.head_k], h, p, params.scale,
-                        sinks, expected.data());
+        const double expected_lse =
+            dense_reference(c, seqs[s], &queries[(row * c.q_heads + h) * c.head_k], h, p,
+                            params.scale, sinks, expected.data());
+        worst_lse = std::max(worst_lse, std::abs(lses[row * c.q_heads + h] - expected_lse));
         for (int64_t d = 0; d < c.head_v; ++d) {
           const double got = result[(row * c.q_heads + h) * c.head_v + d];
           ASSERT_FALSE(std::isnan(got)) << "seq " << s << " position " << p << " head " << h;
@@ -292,17 +299,22 @@ TEST_P(AttentionTest, MatchesDenseAttention) {
     }
   }
   if (activation == DType::kF32) {
-    EXPECT_LT(worst, 2e-5);  // f32 accumulation against a double reference
+    EXPECT_LT(worst, 2e-5);      // f32 accumulation against a double reference
+    EXPECT_LT(worst_lse, 1e-4);  // log-sum-exps of up to thousands of scores
   } else {
     EXPECT_LT(std::sqrt(diff2 / norm2), 1e-2);  // bf16 scores, probabilities and output
+    EXPECT_LT(worst_lse, 2e-2);                 // scores from bf16 q·k products
   }
   for (int64_t i = real * c.q_heads * c.head_v; i < static_cast<int64_t>(result.size()); ++i)
     ASSERT_TRUE(std::isnan(result[i])) << "padding row written";
+  for (int64_t i = real * c.q_heads; i < static_cast<int64_t>(lses.size()); ++i)
+    ASSERT_TRUE(std::isnan(lses[i])) << "padding row's log-sum-exp written";
   // The cache gained exactly the step's K/V, at their slots.
   const Tensor written = device_buffer.to(Device::cpu());
   EXPECT_EQ(std::memcmp(written.raw_data(), expected_cache.raw_data(), written.numel()), 0);
 
   // Without K/V (a KV-sharing layer): the same output from the cache alone, no byte written.
+  params.lse = nullptr;
   const Tensor again = host_tensor(output.shape(), activation, {}).to(device);
   plan->forward(params, query, Tensor(), Tensor(), cache, again);
   const Tensor first_bytes = output.to(Device::cpu());

@@ -37,51 +37,60 @@ void write_cache(const Tensor& key, const Tensor& value, const KvCacheView& cach
   }
 }
 
-// One query row of one head against its sequence's cached keys.
-void attend(const AttentionLayerParams& p, const float* q, int64_t kv_head, int64_t q_head,
-            int64_t position, const int32_t* block_row, const KvCacheView& cache,
-            std::vector<float>& scores, std::vector<float>& key_row, float* out) {
+// One query row of one head against its sequence's cached keys (this rank's share of them).
+// Returns the log-sum-exp of the scores.
+float attend(const AttentionLayerParams& p, const float* q, int64_t kv_head, int64_t q_head,
+             int64_t position, const int32_t* block_row, const KvCacheView& cache,
+             const ContextShard& context, std::vector<float>& scores, std::vector<float>& key_row,
+             float* out) {
   const int64_t block_size = cache.key.size(1);
   const DType dtype = cache.key.dtype();
   const int64_t element = dtype_size(dtype);
   const int64_t first =
       p.sliding_window > 0 ? std::max<int64_t>(0, position - p.sliding_window + 1) : 0;
-  const int64_t count = position - first + 1;
-  scores.resize(count);
+  scores.clear();
   key_row.resize(std::max(p.head_size_k, p.head_size_v));
-  auto load_row = [&](const Tensor& view, int64_t token, int64_t dim) {
-    const int64_t block = block_row[token / block_size];
+  // The cached row of an owned position.
+  auto load_row = [&](const Tensor& view, int64_t position, int64_t dim) {
+    const int64_t local = context.local_index(position);
+    const int64_t block = block_row[local / block_size];
     const std::byte* src =
-        view.raw_data() + (block * view.stride(0) + (token % block_size) * view.stride(1) +
+        view.raw_data() + (block * view.stride(0) + (local % block_size) * view.stride(1) +
                            kv_head * view.stride(2)) *
                               element;
     for (int64_t d = 0; d < dim; ++d)
       key_row[d] = cpu::load_float(src + d * element, dtype);
   };
-  float max = p.sinks != nullptr ? p.sinks[q_head] : -std::numeric_limits<float>::infinity();
-  for (int64_t j = 0; j < count; ++j) {
-    load_row(cache.key, first + j, p.head_size_k);
+  constexpr float kNone = -std::numeric_limits<float>::infinity();
+  float max = p.sinks != nullptr ? p.sinks[q_head] : kNone;
+  for (int64_t key = first; key <= position; ++key) {
+    if (!context.owns(key)) continue;
+    load_row(cache.key, key, p.head_size_k);
     float dot = 0.0f;
     for (int64_t d = 0; d < p.head_size_k; ++d)
       dot += q[d] * key_row[d];
     float score = dot * p.scale;
     if (p.logit_softcap > 0.0f) score = p.logit_softcap * std::tanh(score / p.logit_softcap);
-    scores[j] = score;
+    scores.push_back(score);
     max = std::max(max, score);
-  }
-  float sum = p.sinks != nullptr ? std::exp(p.sinks[q_head] - max) : 0.0f;
-  for (int64_t j = 0; j < count; ++j) {
-    scores[j] = std::exp(scores[j] - max);
-    sum += scores[j];
   }
   for (int64_t d = 0; d < p.head_size_v; ++d)
     out[d] = 0.0f;
-  for (int64_t j = 0; j < count; ++j) {
-    load_row(cache.value, first + j, p.head_size_v);
-    const float weight = scores[j] / sum;
+  if (max == kNone) return kNone;
+  float sum = p.sinks != nullptr ? std::exp(p.sinks[q_head] - max) : 0.0f;
+  for (float& score : scores) {
+    score = std::exp(score - max);
+    sum += score;
+  }
+  size_t j = 0;
+  for (int64_t key = first; key <= position; ++key) {
+    if (!context.owns(key)) continue;
+    load_row(cache.value, key, p.head_size_v);
+    const float weight = scores[j++] / sum;
     for (int64_t d = 0; d < p.head_size_v; ++d)
       out[d] += weight * key_row[d];
   }
+  return max + std::log(sum);
 }
 
 }  // namespace
@@ -125,7 +134,9 @@ void cpu_paged_attention(const AttentionLayerParams& params, const Tensor& query
       const int32_t* block_row = metadata.blocks_of(row_seq[t]);
       float* out = output.data<float>() + t * params.num_q_heads * params.head_size_v +
                    h * params.head_size_v;
-      attend(params, q, h / group, h, row_position[t], block_row, cache, scores, row, out);
+      const float lse = attend(params, q, h / group, h, row_position[t], block_row, cache,
+                               metadata.context, scores, row, out);
+      if (params.lse != nullptr) params.lse[t * params.num_q_heads + h] = lse;
     }
   });
 }

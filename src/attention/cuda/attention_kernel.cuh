@@ -28,6 +28,7 @@ namespace pagoda::cuda::attention {
 
 constexpr int kMaxDecodeSplits = 64;
 constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
 constexpr float kNegInf = -INFINITY;
 
 template <int kDk, int kDv, int kRowTiles, int kStages, int kChunkKeys>
@@ -361,6 +362,10 @@ __global__ void __launch_bounds__(Shape<kDk, kDv, kRowTiles, kStages, kChunkKeys
       const int token = q_begin + (row_begin + r) / a.group;
       a.out[token * a.out_token_stride + head * a.dv_total + dv_offset + d] =
           __float2bfloat16(l_all > 0.0f ? o_all / l_all : 0.0f);
+      if (a.lse != nullptr && slice == 0 && d == 0) {
+        a.lse[token * a.num_kv_heads * a.group + head] =
+            l_all > 0.0f ? (m_use + log2f(l_all)) * kLn2 : kNegInf;
+      }
     } else {
       partial_o[r * kDv + d] = l_all > 0.0f ? o_all / l_all : 0.0f;
       if (d == 0) partial_lse[r] = l_all > 0.0f ? m_use + log2f(l_all) : kNegInf;
@@ -404,6 +409,11 @@ __global__ void __launch_bounds__(Shape<kDk, kDv, kRowTiles, kStages, kChunkKeys
       l_all += __shfl_xor_sync(0xffffffffu, l_all, offset);
     l_all += exp2f(sink - m_use);
     const float scale = l_all > 0.0f ? 1.0f / l_all : 0.0f;
+    if (a.lse != nullptr && slice == 0 && lane == 0) {
+      const int token = q_begin + (row_begin + r) / a.group;
+      a.lse[token * a.num_kv_heads * a.group + head] =
+          l_all > 0.0f ? (m_use + log2f(l_all)) * kLn2 : kNegInf;
+    }
     if (lane < splits) weights[r * splits + lane] = w_lo * scale;
     if (lane + 32 < splits) weights[r * splits + lane + 32] = w_hi * scale;
   }

@@ -198,6 +198,7 @@ void paged_attention(const AttentionLayerParams& params, const Tensor& query, co
   args.out = reinterpret_cast<bf16*>(output.raw_data());
   args.out_token_stride = output.stride(0);
   args.sinks = params.sinks;
+  args.lse = params.lse;
   args.scale = params.scale;
   args.softcap = params.logit_softcap;
   args.window = static_cast<int>(params.sliding_window);

@@ -27,6 +27,7 @@ struct Args {
   bf16* out;  // [T, Hq * Dv]
   int64_t out_token_stride;
   const float* sinks;  // [Hq] or null
+  float* lse;          // [T, Hq] or null: each row's natural log-sum-exp (the sink's included)
   float scale;
   float softcap;  // 0: none
   int window;     // 0: full attention
