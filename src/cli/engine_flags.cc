@@ -84,6 +84,17 @@ void add_engine_flags(CLI::App& command, EngineFlags& flags) {
                   "threads of this process)")
       ->check(CLI::Range(1, 256))
       ->capture_default_str();
+  command
+      .add_option("--decode-context-parallel-size", flags.decode_context_parallel_size,
+                  "Ranks each sequence's KV cache is dealt over (decode context parallelism; 1, or "
+                  "the tensor-parallel size, or alone with whole weights on each rank)")
+      ->check(CLI::Range(1, 256))
+      ->capture_default_str();
+  command
+      .add_option("--dcp-kv-cache-interleave-size", flags.dcp_kv_cache_interleave_size,
+                  "Tokens dealt to one context-parallel rank at a time; divides --block-size")
+      ->check(CLI::Range(1, 65536))
+      ->capture_default_str();
   add_cache_flags(command, flags.cache);
 }
 
@@ -112,6 +123,8 @@ Device engine_device(const EngineFlags& flags) {
 CacheConfig engine_cache_config(const EngineFlags& flags, const ModelConfig& target) {
   CacheConfig config = parse_cache_flags(flags.cache);
   config.max_num_batched_tokens = flags.scheduler.max_num_batched_tokens;
+  config.context_parallel_size = flags.decode_context_parallel_size;
+  config.context_interleave = flags.dcp_kv_cache_interleave_size;
   return resolve_cache_config(config, target, engine_device(flags));
 }
 
@@ -144,16 +157,18 @@ RankModels load_model(const EngineModels& models, const EngineFlags& flags) {
   const ModelConfig& config = models.target;
   const std::optional<DType> dummy = dummy_dtype(config, flags);
   if (flags.check_weights && !dummy) check_weights_finite(models.model_dir);
-  const int size = static_cast<int>(models.tensor_parallel_size);
+  const int ranks = static_cast<int>(models.ranks());
   RankModels out;
-  if (size > 1) out.communicators = make_cpu_group(size);
-  for (int r = 0; r < size; ++r) {
+  out.context_parallel_size = models.decode_context_parallel_size;
+  if (ranks > 1) out.communicators = make_cpu_group(ranks);
+  for (int r = 0; r < ranks; ++r) {
     WeightSource weights = dummy ? WeightSource::dummy(*dummy, flags.seed)
                                  : WeightSource::from_checkpoint(models.model_dir);
     weights.set_device(device);
-    out.models.push_back(build_causal_lm(
-        config, weights,
-        {.rank = r, .size = size, .comm = size > 1 ? out.communicators[r].get() : nullptr}));
+    out.models.push_back(
+        build_causal_lm(config, weights,
+                        rank_place(models.tensor_parallel_size, models.decode_context_parallel_size,
+                                   r, ranks > 1 ? out.communicators[r].get() : nullptr)));
   }
   return out;
 }
@@ -168,8 +183,10 @@ EngineConfig RankModels::with_ranks(EngineConfig config) const {
   if (models.size() == 1) return config;
   config.communicator = communicators[0].get();
   for (size_t r = 1; r < models.size(); ++r) {
-    config.other_ranks.push_back(
-        {.model = models[r].get(), .cache = &caches[r], .communicator = communicators[r].get()});
+    config.other_ranks.push_back({.model = models[r].get(),
+                                  .cache = &caches[r],
+                                  .communicator = communicators[r].get(),
+                                  .context_rank = context_parallel_size > 1 ? int64_t(r) : 0});
   }
   return config;
 }
@@ -189,18 +206,23 @@ EngineConfig engine_config(const ModelConfig& config, const KvCachePlan& plan,
 EngineModels engine_models(const std::string& model_dir, const EngineFlags& flags) {
   EngineModels models{.model_dir = model_dir, .target = load_model_config(model_dir)};
   const int64_t tp = flags.tensor_parallel_size;
+  const int64_t dcp = flags.decode_context_parallel_size;
   check_tensor_parallel(models.target, tp);
-  if (tp > 1 && engine_device(flags) != Device::cpu()) {
+  check_context_parallel(tp, dcp, flags.dcp_kv_cache_interleave_size);
+  const std::string parallel =
+      fmt::format("--tensor-parallel-size {} --decode-context-parallel-size {}", tp, dcp);
+  if (world_size(tp, dcp) > 1 && engine_device(flags) != Device::cpu()) {
     fail(
-        "--tensor-parallel-size {} runs on CPU ranks so far (--device cpu); GPU ranks over NCCL "
-        "are not wired into the engine yet",
-        tp);
+        "{} runs on CPU ranks so far (--device cpu); GPU ranks over NCCL are not wired into the "
+        "engine yet",
+        parallel);
   }
-  if (tp > 1 && !flags.speculative_config.empty()) {
-    fail("--speculative-config does not combine with --tensor-parallel-size yet");
+  if (world_size(tp, dcp) > 1 && !flags.speculative_config.empty()) {
+    fail("--speculative-config does not combine with {} yet", parallel);
   }
   models.tensor_parallel_size = tp;
-  models.planned = rank_model_config(models.target, tp);
+  models.decode_context_parallel_size = dcp;
+  models.planned = rank_model_config(models.target, tp, dcp);
   if (flags.speculative_config.empty()) return models;
   models.speculative = parse_speculative_config(flags.speculative_config, model_dir, models.target);
   return models;

@@ -43,6 +43,8 @@ struct EngineFlags {
   uint64_t seed = 0;               // dummy weights and unseeded requests
   std::string speculative_config;  // --speculative-config: JSON, empty for none
   int64_t tensor_parallel_size = 1;
+  int64_t decode_context_parallel_size = 1;
+  int64_t dcp_kv_cache_interleave_size = 1;
   CacheFlags cache;
 };
 
@@ -58,13 +60,14 @@ Device engine_device(const EngineFlags& flags);
 // `target` (resolve_cache_config). Error for a flag that does not parse or does not fit.
 CacheConfig engine_cache_config(const EngineFlags& flags, const ModelConfig& target);
 
-// A run's model as every tensor-parallel rank holds it, rank 0 first (one rank without
-// --tensor-parallel-size): the shards, their communicators, and their KV caches, all allocated
-// from one plan.
+// A run's model as every rank holds it, rank 0 first (one rank without --tensor-parallel-size or
+// --decode-context-parallel-size): the shards, their communicators, and their KV caches, all
+// allocated from one plan.
 struct RankModels {
   std::vector<std::unique_ptr<Communicator>> communicators;  // with more than one rank
   std::vector<std::unique_ptr<CausalLm>> models;
   std::vector<KvCache> caches;
+  int64_t context_parallel_size = 1;  // every rank is a DCP rank when above 1
 
   CausalLm& model() const { return *models[0]; }
   const KvCache& cache() const { return caches[0]; }
@@ -86,16 +89,19 @@ EngineConfig engine_config(const ModelConfig& config, const KvCachePlan& plan,
 struct EngineModels {
   std::string model_dir;
   ModelConfig target;
-  // The target as each tensor-parallel rank holds it (its share of the heads): what the KV cache
-  // is planned from. The target itself with one rank.
+  // The target as each rank holds it (its share of the heads): what the KV cache is planned from.
+  // The target itself with one rank.
   ModelConfig planned;
   int64_t tensor_parallel_size = 1;
+  int64_t decode_context_parallel_size = 1;
+  // Ranks the run holds (world_size of the two).
+  int64_t ranks() const { return world_size(tensor_parallel_size, decode_context_parallel_size); }
   std::optional<SpeculativeConfig> speculative;
 
   const ModelConfig* drafter() const { return speculative ? &speculative->drafter : nullptr; }
 };
-// Error for a config, a --speculative-config or a --tensor-parallel-size that cannot run (before
-// any weight loads).
+// Error for a config, a --speculative-config, or a --tensor-parallel-size or
+// --decode-context-parallel-size that cannot run (before any weight loads).
 EngineModels engine_models(const std::string& model_dir, const EngineFlags& flags);
 // The drafter --speculative-config names, loaded as the flags say (null without one).
 std::unique_ptr<Drafter> load_engine_drafter(const EngineModels& models, const EngineFlags& flags);

@@ -112,6 +112,14 @@ int64_t rank_params(const ModelConfig& target, int64_t size) {
   return find_architecture(rank.architecture).estimate_weights(rank).params;
 }
 
+// Tokens of a sequence one GiB of one rank's KV holds: under decode context parallelism a rank
+// holds one in context_parallel_size of them. Nullopt without KV.
+std::optional<int64_t> rank_tokens_per_gib(const KvCachePlan& plan) {
+  const int64_t bytes = kv_bytes_per_token(plan);
+  if (bytes == 0) return std::nullopt;
+  return (int64_t{1} << 30) / bytes * plan.context_parallel_size;
+}
+
 }  // namespace
 
 InspectReport build_inspect_report(const InspectOptions& options) {
@@ -132,15 +140,23 @@ InspectReport build_inspect_report(const InspectOptions& options) {
   cache.max_num_batched_tokens = options.max_num_batched_tokens;
   const Device device{cache.backend ? cache.backend->device_type() : DeviceType::kCpu};
   cache = resolve_cache_config(cache, report.target, device);
-  check_tensor_parallel(report.target, options.tensor_parallel_size);
-  if (options.tensor_parallel_size > 1 && report.drafter) {
-    fail("a drafter does not combine with --tensor-parallel-size yet");
+  const int64_t tp = options.tensor_parallel_size;
+  const int64_t dcp = options.decode_context_parallel_size;
+  check_tensor_parallel(report.target, tp);
+  check_context_parallel(tp, dcp, options.dcp_kv_cache_interleave_size);
+  if (world_size(tp, dcp) > 1 && report.drafter) {
+    fail(
+        "a drafter does not combine with --tensor-parallel-size or --decode-context-parallel-size "
+        "yet");
   }
-  report.tensor_parallel_size = options.tensor_parallel_size;
-  report.rank_params = rank_params(report.target, options.tensor_parallel_size);
+  cache.context_parallel_size = dcp;
+  cache.context_interleave = options.dcp_kv_cache_interleave_size;
+  report.tensor_parallel_size = tp;
+  report.decode_context_parallel_size = dcp;
+  report.rank_params = rank_params(report.target, tp);
   report.rank_weight_bytes =
       report.rank_params * dtype_size(report.target.dtype.value_or(DType::kBF16));
-  report.plan = plan_cache(rank_model_config(report.target, options.tensor_parallel_size),
+  report.plan = plan_cache(rank_model_config(report.target, tp, dcp),
                            report.drafter ? &*report.drafter : nullptr, cache);
   report.dtype = *cache.dtype;
   report.attention_backend = cache.backend->name();
@@ -218,12 +234,14 @@ nlohmann::json inspect_report_json(const InspectReport& report) {
 
   const int64_t bytes_per_token = kv_bytes_per_token(plan);
   const std::optional<int64_t> max_tokens = plan.max_sequence_tokens();
+  const std::optional<int64_t> tokens_per_gib = rank_tokens_per_gib(plan);
   out["tensor_parallel"] = {
       {"size", report.tensor_parallel_size},
       {"params_per_rank", report.rank_params},
       {"weight_bytes_per_rank", report.rank_weight_bytes},
-      {"kv_tokens_per_gib_per_rank",
-       bytes_per_token > 0 ? nlohmann::json((int64_t{1} << 30) / bytes_per_token) : nullptr}};
+      {"kv_tokens_per_gib_per_rank", tokens_per_gib ? nlohmann::json(*tokens_per_gib) : nullptr}};
+  out["decode_context_parallel"] = {{"size", plan.context_parallel_size},
+                                    {"interleave", plan.context_interleave}};
   out["kv_cache"] = {
       {"page_bytes", plan.page_bytes()},
       {"slots_per_block", plan.slots_per_block},
@@ -256,15 +274,21 @@ std::string inspect_report_text(const InspectReport& report) {
   out += fmt::format("kv dtype     {}    attention backend {}    max_model_len {}\n",
                      dtype_name(report.dtype), report.attention_backend, plan.max_model_len);
   const int64_t bytes_per_token = kv_bytes_per_token(plan);
+  const std::optional<int64_t> tokens_per_gib = rank_tokens_per_gib(plan);
   const std::string sizes =
-      fmt::format("weights {} ({:.3f} B params), KV {} bytes/token ({} tokens per GiB)",
+      fmt::format("weights {} ({:.3f} B params), KV {} bytes/token held ({} tokens per GiB)",
                   format_bytes(report.rank_weight_bytes), report.rank_params / 1e9, bytes_per_token,
-                  bytes_per_token > 0 ? std::to_string((int64_t{1} << 30) / bytes_per_token) : "-");
-  if (report.tensor_parallel_size == 1) {
+                  tokens_per_gib ? std::to_string(*tokens_per_gib) : "-");
+  const int64_t ranks =
+      world_size(report.tensor_parallel_size, report.decode_context_parallel_size);
+  if (ranks == 1) {
     out += fmt::format("memory       {}\n\n", sizes);
   } else {
-    out += fmt::format("tensor par.  {} ranks, each: {}; the tables are one rank's\n\n",
-                       report.tensor_parallel_size, sizes);
+    out += fmt::format(
+        "parallel     {} ranks (TP {}, DCP {}, interleave {}), each: {}; the tables are one "
+        "rank's\n\n",
+        ranks, report.tensor_parallel_size, report.decode_context_parallel_size,
+        plan.context_interleave, sizes);
   }
 
   out += "layers\n";
@@ -358,6 +382,14 @@ void add_inspect_command(CLI::App& app) {
   inspect
       ->add_option("--tensor-parallel-size", options->tensor_parallel_size,
                    "Plan one rank of this many: its share of the KV heads and of the weights")
+      ->capture_default_str();
+  inspect
+      ->add_option("--decode-context-parallel-size", options->decode_context_parallel_size,
+                   "Plan one rank of this many that deal each sequence's KV between them")
+      ->capture_default_str();
+  inspect
+      ->add_option("--dcp-kv-cache-interleave-size", options->dcp_kv_cache_interleave_size,
+                   "Tokens dealt to one context-parallel rank at a time")
       ->capture_default_str();
   inspect->add_flag("--json", options->json, "Print the plan as JSON (docs/inspect-json.md)");
   inspect->callback([options] {

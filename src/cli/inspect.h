@@ -21,6 +21,8 @@ struct InspectOptions {
   CacheFlags cache;
   int64_t max_num_batched_tokens = kDefaultMaxNumBatchedTokens;
   int64_t tensor_parallel_size = 1;
+  int64_t decode_context_parallel_size = 1;
+  int64_t dcp_kv_cache_interleave_size = 1;
   bool json = false;
 };
 
@@ -31,8 +33,9 @@ struct InspectReport {
   DType dtype = DType::kBF16;
   std::string attention_backend;
   // Tensor parallelism: the ranks, and each rank's weights. The plan is one rank's (each holds its
-  // share of the KV heads).
+  // share of the KV heads and, under decode context parallelism, of every sequence's tokens).
   int64_t tensor_parallel_size = 1;
+  int64_t decode_context_parallel_size = 1;
   int64_t rank_params = 0;        // parameters one rank holds
   int64_t rank_weight_bytes = 0;  // at the checkpoint's dtype (bf16 when it states none)
   KvCachePlan plan;

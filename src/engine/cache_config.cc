@@ -35,7 +35,9 @@ KvCachePlan plan_cache(const ModelConfig& target, const ModelConfig* drafter,
                                .max_model_len = *config.max_model_len,
                                .max_tokens_per_step = config.max_num_batched_tokens,
                                .sequences = {sequences.begin(), sequences.end()},
-                               .layout = config.layout};
+                               .layout = config.layout,
+                               .context_parallel_size = config.context_parallel_size,
+                               .context_interleave = config.context_interleave};
   const KvLayerOptions layers{
       .block_size = config.block_size, .dtype = *config.dtype, .backend = config.backend};
   return plan_kv_cache(build_kv_layers(target, drafter, layers), options);

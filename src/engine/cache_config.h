@@ -25,6 +25,9 @@ struct CacheConfig {
   std::optional<int64_t> memory_bytes;  // the pool's budget
   std::optional<int64_t> num_blocks;    // or an exact block count
   KvBufferLayout layout = KvBufferLayout::kSeparate;
+  // Decode context parallelism: ranks each sequence's tokens are dealt over, so many at a time.
+  int64_t context_parallel_size = 1;
+  int64_t context_interleave = 1;
 };
 
 // `config` with its automatic choices made for `target` on `device`. Throws Error when the named

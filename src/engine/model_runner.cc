@@ -43,7 +43,12 @@ ModelRunner::ModelRunner(CausalLm& model, const KvCachePlan& plan, const KvCache
       plan_(plan),
       device_(cache.buffers.empty() ? Device::cpu() : cache.buffers[0].device()),
       enforce_eager_(options.enforce_eager),
+      context_{.rank = options.context_rank,
+               .size = plan.context_parallel_size,
+               .interleave = plan.context_interleave},
       metadata_(plan.groups.size()) {
+  PAGODA_CHECK(context_.rank >= 0 && context_.rank < context_.size,
+               "context rank {} of a plan over {} ranks", context_.rank, context_.size);
   const int64_t first_layer = options.first_layer;
   PAGODA_CHECK(first_layer >= 0 && first_layer < static_cast<int64_t>(plan.layers.size()),
                "first layer {} of a plan of {} layers", first_layer, plan.layers.size());
@@ -82,6 +87,7 @@ void ModelRunner::begin_step(int64_t num_tokens, const KvCacheManager& blocks) {
     meta.seq_lens.clear();
     meta.block_table_rows.clear();
     meta.slot_mapping.clear();
+    meta.context = context_;
   }
 }
 
@@ -102,9 +108,14 @@ void ModelRunner::add_sequence(const Request& request, int64_t num_queries, int6
     meta.query_start.push_back(meta.query_start.back() + num_queries);
     meta.seq_lens.push_back(seq_len);
     meta.block_table_rows.push_back(row);
+    // Under DCP, this rank's tokens are dealt into its pages in order.
     for (int64_t p = seq_len - num_queries; p < seq_len; ++p) {
-      meta.slot_mapping.push_back(
-          writes ? int64_t{table[p / block_size]} * block_size + p % block_size : -1);
+      int64_t slot = -1;
+      if (writes && context_.owns(p)) {
+        const int64_t local = context_.local_index(p);
+        slot = int64_t{table[local / block_size]} * block_size + local % block_size;
+      }
+      meta.slot_mapping.push_back(slot);
     }
   }
 }

@@ -32,6 +32,9 @@ struct RunnerOptions {
   // On a GPU, decode-only steps replay CUDA graphs captured per padded batch size and query length
   // (1 + drafts) unless set.
   bool enforce_eager = false;
+  // Under decode context parallelism (the plan's context_parallel_size), this rank's place: it
+  // writes and attends the tokens dealt to it.
+  int64_t context_rank = 0;
 };
 
 // One read-only query token of a request: `token` at `position`, attending to the first `seq_len`
@@ -98,7 +101,8 @@ class ModelRunner {
   const KvCachePlan& plan_;
   Device device_;
   bool enforce_eager_ = false;
-  std::vector<KvCacheView> views_;                     // per model layer
+  ContextShard context_;            // this rank's share of each sequence's tokens
+  std::vector<KvCacheView> views_;  // per model layer
   std::vector<std::unique_ptr<AttentionPlan>> plans_;  // per (KV group, backend) the layers read
   std::vector<int64_t> plan_groups_;                   // the KV group of each plan
   std::vector<LayerAttention> layers_;                 // per model layer: its view and plan

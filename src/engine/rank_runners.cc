@@ -4,7 +4,13 @@ namespace pagoda {
 
 struct RankRunners::Rank {
   Rank(const RankShard& shard, const KvCachePlan& plan, const RunnerOptions& options)
-      : communicator(shard.communicator), runner(*shard.model, plan, *shard.cache, options) {}
+      : communicator(shard.communicator),
+        runner(*shard.model, plan, *shard.cache, with_context_rank(options, shard.context_rank)) {}
+
+  static RunnerOptions with_context_rank(RunnerOptions options, int64_t rank) {
+    options.context_rank = rank;
+    return options;
+  }
 
   Communicator* communicator;
   ModelRunner runner;

@@ -23,6 +23,7 @@ struct RankShard {
   CausalLm* model = nullptr;
   const KvCache* cache = nullptr;
   Communicator* communicator = nullptr;
+  int64_t context_rank = 0;  // under decode context parallelism
 };
 
 class RankRunners {

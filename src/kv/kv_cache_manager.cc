@@ -11,7 +11,7 @@ namespace pagoda {
 KvCacheManager::KvCacheManager(const KvCachePlan& plan)
     : plan_(plan), pool_(plan.num_blocks), tables_(plan.groups.size()) {
   for (const KvGroup& group : plan.groups) {
-    const int64_t block_size = group.spec.page.block_size;
+    const int64_t block_size = group.spec.block_tokens();
     strides_.push_back((plan.max_model_len + block_size - 1) / block_size);
   }
 }
@@ -44,7 +44,7 @@ int64_t KvCacheManager::blocks_needed(int32_t row, int64_t num_tokens) const {
   const GroupState* groups = groups_of(row);
   int64_t needed = 0;
   for (size_t g = 0; g < plan_.groups.size(); ++g) {
-    const int64_t block_size = plan_.groups[g].spec.page.block_size;
+    const int64_t block_size = plan_.groups[g].spec.block_tokens();
     if (num_tokens <= groups[g].num_blocks * block_size) continue;
     needed += (num_tokens + block_size - 1) / block_size - groups[g].num_blocks;
   }
@@ -54,7 +54,7 @@ int64_t KvCacheManager::blocks_needed(int32_t row, int64_t num_tokens) const {
 bool KvCacheManager::can_allocate(const PrefixHit& hit, int64_t num_tokens) const {
   int64_t needed = 0;
   for (size_t g = 0; g < plan_.groups.size(); ++g) {
-    const int64_t block_size = plan_.groups[g].spec.page.block_size;
+    const int64_t block_size = plan_.groups[g].spec.block_tokens();
     // A hit of no tokens may have no entries at all.
     const std::span<const int32_t> blocks = g < hit.blocks.size()
                                                 ? std::span<const int32_t>(hit.blocks[g])
@@ -78,7 +78,7 @@ void KvCacheManager::allocate_slots(int32_t row, int64_t num_tokens) {
   GroupState* groups = groups_of(row);
   state.covered = std::numeric_limits<int64_t>::max();
   for (size_t g = 0; g < plan_.groups.size(); ++g) {
-    const int64_t block_size = plan_.groups[g].spec.page.block_size;
+    const int64_t block_size = plan_.groups[g].spec.block_tokens();
     GroupState& group = groups[g];
     if (num_tokens > group.num_blocks * block_size) {
       const int64_t wanted = (num_tokens + block_size - 1) / block_size;
@@ -112,7 +112,7 @@ PrefixHit KvCacheManager::find_cached_prefix(std::span<const int32_t> tokens,
   std::vector<std::vector<BlockHash>> hashes(num_groups);
   int64_t step = 1;  // hits are multiples of every group's block size
   for (int64_t g = 0; g < num_groups; ++g) {
-    const int64_t block_size = plan_.groups[g].spec.page.block_size;
+    const int64_t block_size = plan_.groups[g].spec.block_tokens();
     hashes[g] = hash_full_blocks(tokens, block_size, extra_keys);
     step = std::lcm(step, block_size);
   }
@@ -127,7 +127,7 @@ PrefixHit KvCacheManager::find_cached_prefix(std::span<const int32_t> tokens,
     changed = false;
     for (int64_t g = 0; g < num_groups && length > 0; ++g) {
       const KvSpec& spec = plan_.groups[g].spec;
-      const int64_t block_size = spec.page.block_size;
+      const int64_t block_size = spec.block_tokens();
       const int64_t blocks = length / block_size;
       int64_t held = 0;
       if (spec.kind == AttentionKind::kFull) {
@@ -157,7 +157,7 @@ PrefixHit KvCacheManager::find_cached_prefix(std::span<const int32_t> tokens,
   hit.num_tokens = length;
   for (int64_t g = 0; g < num_groups && length > 0; ++g) {
     const KvSpec& spec = plan_.groups[g].spec;
-    const int64_t block_size = spec.page.block_size;
+    const int64_t block_size = spec.block_tokens();
     const int64_t blocks = length / block_size;
     const int64_t first_needed =
         spec.kind == AttentionKind::kFull
@@ -210,7 +210,7 @@ int64_t KvCacheManager::next_change(int32_t row, bool cache_full_blocks) const {
   int64_t next = std::numeric_limits<int64_t>::max();
   for (size_t g = 0; g < plan_.groups.size(); ++g) {
     const KvSpec& spec = plan_.groups[g].spec;
-    const int64_t block_size = spec.page.block_size;
+    const int64_t block_size = spec.block_tokens();
     // The next block to hash fills at this length.
     if (cache_full_blocks)
       next = std::min(next, (static_cast<int64_t>(groups[g].hashes.size()) + 1) * block_size);
@@ -225,7 +225,7 @@ void KvCacheManager::hash_new_blocks(int32_t row, std::span<const int32_t> token
                                      int64_t num_computed, std::span<const uint64_t> extra_keys) {
   GroupState* groups = groups_of(row);
   for (size_t g = 0; g < plan_.groups.size(); ++g) {
-    const int64_t block_size = plan_.groups[g].spec.page.block_size;
+    const int64_t block_size = plan_.groups[g].spec.block_tokens();
     GroupState& group = groups[g];
     std::vector<BlockHash>& chain = group.hashes;
     const int64_t full = std::min(num_computed / block_size, group.num_blocks);
@@ -263,7 +263,7 @@ void KvCacheManager::free_outside_window(int32_t row, int64_t num_computed) {
     GroupState& group = groups[g];
     // The next query, at position num_computed, sees tokens from num_computed - window + 1 on.
     const int64_t first_token = std::max<int64_t>(0, num_computed - spec.sliding_window + 1);
-    const int64_t dead = std::min(first_token / spec.page.block_size, group.num_blocks);
+    const int64_t dead = std::min(first_token / spec.block_tokens(), group.num_blocks);
     if (dead <= group.num_freed) continue;
     int32_t* blocks = table(g, row);
     scratch_.clear();

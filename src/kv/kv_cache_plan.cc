@@ -56,6 +56,32 @@ int64_t choose_num_blocks(const KvCachePlan& plan, const KvCacheOptions& options
   return num_blocks;
 }
 
+// Decode context parallelism: every spec's block id covers its block size on each rank. Error for a
+// rank count outside [1, 256] or an interleave that does not divide every group's block size.
+void deal_over_context_ranks(KvCachePlan& plan, const KvCacheOptions& options) {
+  const int64_t ranks = options.context_parallel_size;
+  const int64_t interleave = options.context_interleave;
+  if (ranks < 1 || ranks > 256) {
+    fail("--decode-context-parallel-size {}: it must be 1 to 256", ranks);
+  }
+  if (interleave < 1) fail("--dcp-kv-cache-interleave-size {}: it must be at least 1", interleave);
+  plan.context_parallel_size = ranks;
+  plan.context_interleave = interleave;
+  if (ranks == 1) return;
+  for (KvGroup& group : plan.groups) {
+    if (group.spec.page.block_size % interleave != 0) {
+      fail(
+          "--dcp-kv-cache-interleave-size {} does not divide the block size {} of layer {}'s KV "
+          "group; choose a --block-size it divides",
+          interleave, group.spec.page.block_size, plan.layers[group.layers.front()].name);
+    }
+    group.spec.context_ranks = ranks;
+  }
+  for (KvLayer& layer : plan.layers) {
+    if (layer.spec) layer.spec->context_ranks = ranks;
+  }
+}
+
 void place_buffers(KvCachePlan& plan) {
   const int64_t page = plan.page_bytes();
   const int64_t slots = plan.slots_per_block;
@@ -163,6 +189,7 @@ KvCachePlan plan_kv_cache(std::vector<KvLayer> layers, const KvCacheOptions& opt
   plan.layout = options.layout;
   plan.unification = unify_page_sizes(plan.layers);
   plan.groups = group_kv_layers(plan.layers);
+  deal_over_context_ranks(plan, options);
   plan.slots_per_block = slots_per_block(plan.groups);
   plan.num_blocks = choose_num_blocks(plan, options);
   place_buffers(plan);

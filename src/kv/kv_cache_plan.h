@@ -40,6 +40,11 @@ struct KvCacheOptions {
   // once, and at least one max_model_len sequence.
   std::vector<int64_t> sequences;
   KvBufferLayout layout = KvBufferLayout::kSeparate;
+  // Decode context parallelism: a sequence's tokens are dealt over this many ranks,
+  // `context_interleave` at a time (which must divide every group's block size). Each rank's pages
+  // hold its share, so one block id covers block_size × context_parallel_size tokens.
+  int64_t context_parallel_size = 1;
+  int64_t context_interleave = 1;
 };
 
 struct KvBuffer {
@@ -61,7 +66,9 @@ struct KvCachePlan {
   int64_t slots_per_block = 0;  // tensors that share one block id
   int64_t num_blocks = 0;       // including the reserved null block (id 0)
   int64_t max_model_len = 0;
-  int64_t max_tokens_per_step = 0;  // as in KvCacheOptions
+  int64_t max_tokens_per_step = 0;    // as in KvCacheOptions
+  int64_t context_parallel_size = 1;  // as in KvCacheOptions
+  int64_t context_interleave = 1;
   KvBufferLayout layout = KvBufferLayout::kSeparate;
   std::vector<KvBuffer> buffers;
   std::vector<KvLayerPlacement> placements;  // per layer; a sharing layer has its source's

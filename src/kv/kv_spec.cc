@@ -5,7 +5,7 @@
 namespace pagoda {
 
 int64_t KvSpec::blocks_for_tokens(int64_t num_tokens, int64_t tokens_per_step) const {
-  const int64_t block = page.block_size;
+  const int64_t block = block_tokens();
   const int64_t all = (num_tokens + block - 1) / block;
   if (kind == AttentionKind::kFull) return all;
   // A step of c tokens after n computed ones holds blocks from the one with token

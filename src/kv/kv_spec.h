@@ -18,6 +18,12 @@ struct KvSpec {
   std::optional<int64_t> padded_page_bytes;
   // Whether every backend reading layers of this spec walks pages by a runtime block stride.
   bool indexes_kv_by_block_stride = false;
+  // Decode context parallelism: the ranks a sequence's tokens are dealt over. A block id then
+  // covers page.block_size tokens on each of them.
+  int64_t context_ranks = 1;
+
+  // Tokens of one sequence that one block id covers.
+  int64_t block_tokens() const { return page.block_size * context_ranks; }
 
   int64_t real_page_bytes() const { return page.page_bytes(); }
   int64_t page_bytes() const { return padded_page_bytes.value_or(real_page_bytes()); }

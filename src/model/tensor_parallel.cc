@@ -10,14 +10,20 @@ HeadShard shard_heads(const LayerAttentionConfig& layer, const TensorParallel& t
   HeadShard out;
   out.q_count = layer.num_q_heads / tp.size;
   out.q_begin = tp.rank * out.q_count;
-  if (layer.num_kv_heads >= tp.size) {
-    out.kv_count = layer.num_kv_heads / tp.size;
-    out.kv_begin = tp.rank * out.kv_count;
+  // A DCP group's ranks hold the same KV heads: they split over the groups.
+  const int64_t groups = std::max<int64_t>(tp.size / tp.dcp.size, 1);
+  const int64_t group = tp.rank * groups / tp.size;
+  if (layer.num_kv_heads >= groups) {
+    out.kv_count = layer.num_kv_heads / groups;
+    out.kv_begin = group * out.kv_count;
   } else {
-    // Fewer KV heads than ranks: the one head this rank's q heads read.
+    // Fewer KV heads than groups: the one head this group's q heads read.
     out.kv_count = 1;
-    out.kv_begin = tp.rank * layer.num_kv_heads / tp.size;
+    out.kv_begin = group * layer.num_kv_heads / groups;
   }
+  const bool gathers = tp.size > 1 && tp.dcp.size > 1;
+  out.attended_count = gathers ? out.q_count * tp.dcp.size : out.q_count;
+  out.attended_begin = gathers ? group * out.attended_count : out.q_begin;
   return out;
 }
 
@@ -52,12 +58,38 @@ void check_tensor_parallel(const ModelConfig& config, int64_t size) {
   }
 }
 
-ModelConfig rank_model_config(const ModelConfig& config, int64_t size) {
+void check_context_parallel(int64_t tp_size, int64_t dcp_size, int64_t interleave) {
+  if (dcp_size < 1 || dcp_size > 256) {
+    fail("--decode-context-parallel-size {}: it must be 1 to 256", dcp_size);
+  }
+  if (interleave < 1) fail("--dcp-kv-cache-interleave-size {}: it must be at least 1", interleave);
+  if (dcp_size > 1 && tp_size > 1 && tp_size != dcp_size) {
+    fail(
+        "--decode-context-parallel-size {} with --tensor-parallel-size {}: DCP groups smaller "
+        "than the TP group are not supported yet; use DCP {} or TP 1",
+        dcp_size, tp_size, tp_size);
+  }
+}
+
+int64_t world_size(int64_t tp_size, int64_t dcp_size) {
+  return std::max(tp_size, dcp_size);
+}
+
+TensorParallel rank_place(int64_t tp_size, int64_t dcp_size, int64_t rank, Communicator* comm) {
+  PAGODA_CHECK(rank >= 0 && rank < world_size(tp_size, dcp_size), "rank {} of TP {} and DCP {}",
+               rank, tp_size, dcp_size);
+  TensorParallel place{.rank = tp_size > 1 ? rank : 0, .size = tp_size};
+  if (tp_size > 1) place.comm = comm;
+  if (dcp_size > 1) place.dcp = {.rank = rank, .size = dcp_size, .comm = comm};
+  return place;
+}
+
+ModelConfig rank_model_config(const ModelConfig& config, int64_t tp_size, int64_t dcp_size) {
   ModelConfig out = config;
-  const TensorParallel tp{.size = size};
+  const TensorParallel tp{.size = tp_size, .dcp = {.size = dcp_size}};
   for (LayerAttentionConfig& layer : out.layers) {
     const HeadShard shard = shard_heads(layer, tp);
-    layer.num_q_heads = shard.q_count;
+    layer.num_q_heads = shard.attended_count;
     layer.num_kv_heads = shard.kv_count;
   }
   return out;

@@ -4,6 +4,13 @@
 // KV heads than ranks, each rank holds the one KV head its q heads read (replicated on size / kv
 // ranks). A gated MLP splits its inner dimension (gate and up by rows, down by columns).
 // Embeddings, norms and the lm_head are replicated.
+//
+// Decode context parallelism (DCP) deals each sequence's tokens over `dcp.size` ranks, which store
+// only their share of its K/V. Each attention layer then attends its share with every query head
+// its DCP group computes (the ranks' q heads gathered, under TP), and the shares' outputs merge by
+// their log-sum-exps. The ranks of a DCP group hold the same KV heads: KV heads split over
+// tp.size / dcp.size groups instead of tp.size ranks. So far the DCP group is every rank: DCP
+// alone (weights whole on each rank) or with as many TP ranks.
 #pragma once
 
 #include <cstdint>
@@ -14,10 +21,18 @@
 
 namespace pagoda {
 
+// A rank's place among the decode-context-parallel ranks of its group.
+struct ContextParallel {
+  int64_t rank = 0;
+  int64_t size = 1;
+  Communicator* comm = nullptr;  // with size > 1: the DCP group's
+};
+
 struct TensorParallel {
   int64_t rank = 0;
   int64_t size = 1;
   Communicator* comm = nullptr;  // with size > 1
+  ContextParallel dcp;
 
   // This rank's even share of `count` items along `dim` of a weight (the whole weight at size 1).
   WeightSlice share(int64_t dim, int64_t count) const {
@@ -29,12 +44,15 @@ struct TensorParallel {
   }
 };
 
-// The q and KV heads of one attention layer that a rank holds.
+// The q and KV heads of one attention layer that a rank holds, and the q heads its attention
+// runs: its own, or under DCP with TP its DCP group's (each rank's own heads in rank order).
 struct HeadShard {
   int64_t q_begin = 0;
   int64_t q_count = 0;
   int64_t kv_begin = 0;
   int64_t kv_count = 0;
+  int64_t attended_begin = 0;
+  int64_t attended_count = 0;
 };
 HeadShard shard_heads(const LayerAttentionConfig& layer, const TensorParallel& tp);
 
@@ -42,9 +60,20 @@ HeadShard shard_heads(const LayerAttentionConfig& layer, const TensorParallel& t
 // architecture runs tensor-parallel (MoE blocks do not yet), every layer's q heads divide evenly,
 // its KV heads divide evenly or divide `size`, and so does the MLP's inner size.
 void check_tensor_parallel(const ModelConfig& config, int64_t size);
+// Error, naming the flag and the numbers, unless `dcp_size` context-parallel ranks combine with
+// `tp_size` tensor-parallel ones: 1 to 256 of them, and every rank of the group (TP 1, or TP of
+// the same size). `interleave` must be positive (that it divides the block size is the KV plan's
+// check).
+void check_context_parallel(int64_t tp_size, int64_t dcp_size, int64_t interleave);
+// The ranks a run holds: the larger of the two sizes.
+int64_t world_size(int64_t tp_size, int64_t dcp_size);
+// Rank `rank`'s place among world_size(tp_size, dcp_size) ranks that share one communicator group
+// (`comm` is the rank's; null for one rank).
+TensorParallel rank_place(int64_t tp_size, int64_t dcp_size, int64_t rank, Communicator* comm);
 
-// `config` with every layer's heads as one rank of `size` holds them: what that rank's KV cache
-// plan is made from.
-ModelConfig rank_model_config(const ModelConfig& config, int64_t size);
+// `config` with every layer's heads as one rank of `tp_size` TP and `dcp_size` DCP ranks runs its
+// attention (its KV heads, and the q heads it attends with: its DCP group's under both): what that
+// rank's KV cache plan is made from.
+ModelConfig rank_model_config(const ModelConfig& config, int64_t tp_size, int64_t dcp_size = 1);
 
 }  // namespace pagoda

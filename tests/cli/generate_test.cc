@@ -379,18 +379,21 @@ TEST(GenerateCliTest, SpeculativeConfigErrorsNameTheReason) {
 // --tensor-parallel-size splits the model over CPU ranks and prints what one rank prints; sizes
 // the model cannot split over, and combinations not supported yet, fail before loading with one
 // line naming the reason.
-TEST(GenerateCliTest, TensorParallelRanksPrintWhatOneRankPrints) {
+TEST(GenerateCliTest, ParallelRanksPrintWhatOneRankPrints) {
   const nlohmann::json prompt = reference_prompt(1);
   const std::string args = "--prompt-ids " + ids_text(prompt["prompt_token_ids"]) +
                            " --max-tokens 8 --logprobs 1 --ignore-eos --json";
   const CliRun one = run_generate(args);
   ASSERT_EQ(one.exit_code, 0) << one.err;
-  for (int size : {2, 4}) {
-    const CliRun many = run_generate(args + " --tensor-parallel-size " + std::to_string(size));
+  for (const std::string split :
+       {"--tensor-parallel-size 2", "--tensor-parallel-size 4", "--decode-context-parallel-size 2",
+        "--tensor-parallel-size 2 --decode-context-parallel-size 2 "
+        "--dcp-kv-cache-interleave-size 4"}) {
+    const CliRun many = run_generate(args + " " + split);
     ASSERT_EQ(many.exit_code, 0) << many.err;
     const nlohmann::json a = nlohmann::json::parse(one.out);
     const nlohmann::json b = nlohmann::json::parse(many.out);
-    EXPECT_EQ(b["token_ids"], a["token_ids"]) << size << " ranks";
+    EXPECT_EQ(b["token_ids"], a["token_ids"]) << split;
     for (size_t t = 0; t < a["logprobs"].size(); ++t) {
       EXPECT_NEAR(b["logprobs"][t]["logprob"].get<double>(),
                   a["logprobs"][t]["logprob"].get<double>(), 1e-4);
@@ -409,6 +412,14 @@ TEST(GenerateCliTest, TensorParallelRanksPrintWhatOneRankPrints) {
       {"generate --model " + std::string(PAGODA_SOURCE_DIR) +
            "/tests/fixtures/llama-tiny --prompt-ids 1,2 --tensor-parallel-size 0",
        "tensor-parallel-size"},
+      {"generate --model " + std::string(PAGODA_SOURCE_DIR) +
+           "/tests/fixtures/llama-tiny --prompt-ids 1,2 --tensor-parallel-size 4 "
+           "--decode-context-parallel-size 2",
+       "DCP groups smaller than the TP group are not supported yet"},
+      {"generate --model " + std::string(PAGODA_SOURCE_DIR) +
+           "/tests/fixtures/llama-tiny --prompt-ids 1,2 --decode-context-parallel-size 2 "
+           "--dcp-kv-cache-interleave-size 3",
+       "--dcp-kv-cache-interleave-size 3 does not divide the block size 16"},
   };
   for (const auto& c : refused) {
     SCOPED_TRACE(c.command);

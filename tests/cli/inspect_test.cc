@@ -211,5 +211,36 @@ TEST(InspectCliTest, TensorParallelShowsOneRank) {
   EXPECT_NE(bad.err.find("do not split over 3 ranks"), std::string::npos) << bad.err;
 }
 
+// Under DCP a rank holds one in M of every sequence's tokens with all the KV heads of its group:
+// tokens per GiB grow M×, the bytes a held token takes stay.
+TEST(InspectCliTest, ContextParallelShowsOneRanksShare) {
+  const auto json_of = [](const std::string& split) {
+    const CliRun run = run_pagoda("inspect --model " + std::string(PAGODA_SOURCE_DIR) +
+                                  "/bench/configs/llama-3-8b " + split + " --json");
+    EXPECT_EQ(run.exit_code, 0) << run.err;
+    return nlohmann::json::parse(run.out);
+  };
+  const nlohmann::json one = json_of(""), dcp = json_of("--decode-context-parallel-size 2"),
+                       both = json_of(
+                           "--tensor-parallel-size 2 --decode-context-parallel-size 2 "
+                           "--dcp-kv-cache-interleave-size 8");
+  const auto tokens_per_gib = [](const nlohmann::json& j) {
+    return j["tensor_parallel"]["kv_tokens_per_gib_per_rank"].get<int64_t>();
+  };
+  EXPECT_EQ(dcp["decode_context_parallel"]["size"], 2);
+  EXPECT_EQ(dcp["kv_cache"]["bytes_per_token"], one["kv_cache"]["bytes_per_token"]);
+  EXPECT_EQ(tokens_per_gib(dcp), 2 * tokens_per_gib(one));
+  // TP 2 with DCP 2: every KV head on each rank, half the weights, half the tokens.
+  EXPECT_EQ(both["layers"][0]["num_kv_heads"], 8);
+  EXPECT_EQ(both["decode_context_parallel"]["interleave"], 8);
+  EXPECT_EQ(tokens_per_gib(both), 2 * tokens_per_gib(one));
+  EXPECT_LT(both["tensor_parallel"]["params_per_rank"].get<int64_t>(),
+            one["tensor_parallel"]["params_per_rank"].get<int64_t>());
+  const CliRun text = run_pagoda("inspect --model " + std::string(PAGODA_SOURCE_DIR) +
+                                 "/bench/configs/llama-3-8b --decode-context-parallel-size 2");
+  EXPECT_NE(text.out.find("parallel     2 ranks (TP 1, DCP 2, interleave 1)"), std::string::npos)
+      << text.out;
+}
+
 }  // namespace
 }  // namespace pagoda

@@ -1,6 +1,7 @@
-// Tensor parallelism on in-process CPU ranks: every rank loads its shard of a fixture's checkpoint
-// (its heads, its rows and columns of the projections), plans and holds its own KV cache, and runs
-// each step with the engine's inputs; the output must be the one-rank run's.
+// Tensor and decode context parallelism on in-process CPU ranks: every rank loads its shard of a
+// fixture's checkpoint (its heads, its rows and columns of the projections), plans and holds its
+// own KV cache (under DCP, its share of every sequence's tokens), and runs each step with the
+// engine's inputs; the output must be the one-rank run's.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -25,21 +26,34 @@ struct Ranks {
   nlohmann::json reference;
 };
 
-std::unique_ptr<Ranks> load_ranks(const std::string& name, int size) {
+// How a run is split: TP and DCP sizes, and the tokens dealt to a DCP rank at a time.
+struct Split {
+  int tp = 1;
+  int dcp = 1;
+  int interleave = 1;
+};
+
+std::unique_ptr<Ranks> load_ranks(const std::string& name, const Split& split,
+                                  int64_t num_blocks = 300, int64_t max_model_len = 256) {
   auto out = std::make_unique<Ranks>();
   out->config = load_model_config(checkpoint_dir(name));
-  if (size > 1) out->communicators = make_cpu_group(size);
-  for (int r = 0; r < size; ++r) {
+  const int ranks = static_cast<int>(world_size(split.tp, split.dcp));
+  if (ranks > 1) out->communicators = make_cpu_group(ranks);
+  for (int r = 0; r < ranks; ++r) {
     WeightSource weights = WeightSource::from_checkpoint(checkpoint_dir(name));
-    const TensorParallel tp{
-        .rank = r, .size = size, .comm = size > 1 ? out->communicators[r].get() : nullptr};
-    out->models.push_back(build_causal_lm(out->config, weights, tp));
+    out->models.push_back(build_causal_lm(
+        out->config, weights,
+        rank_place(split.tp, split.dcp, r, ranks > 1 ? out->communicators[r].get() : nullptr)));
     EXPECT_TRUE(weights.unused().empty()) << "rank " << r;
   }
-  out->plan =
-      plan_on_cpu(rank_model_config(out->config, size), nullptr,
-                  {.dtype = DType::kF32, .block_size = 4, .max_model_len = 256, .num_blocks = 300});
-  for (int r = 0; r < size; ++r)
+  out->plan = plan_on_cpu(rank_model_config(out->config, split.tp, split.dcp), nullptr,
+                          {.dtype = DType::kF32,
+                           .block_size = 4,
+                           .max_model_len = max_model_len,
+                           .num_blocks = num_blocks,
+                           .context_parallel_size = split.dcp,
+                           .context_interleave = split.interleave});
+  for (int r = 0; r < ranks; ++r)
     out->caches.push_back(allocate_kv_cache(out->plan, Device::cpu()));
   std::ifstream file(std::string(PAGODA_SOURCE_DIR) + "/tests/fixtures/" + name +
                      "/reference.json");
@@ -47,46 +61,63 @@ std::unique_ptr<Ranks> load_ranks(const std::string& name, int size) {
   return out;
 }
 
-std::vector<Request> run(Ranks& ranks, const SchedulerConfig& scheduler = {}) {
+std::vector<GenerationRequest> reference_requests(const Ranks& ranks) {
+  std::vector<GenerationRequest> requests;
+  for (const nlohmann::json& prompt : ranks.reference["prompts"])
+    requests.push_back(request_for(prompt));
+  return requests;
+}
+
+std::vector<Request> run(Ranks& ranks, const std::vector<GenerationRequest>& requests,
+                         const SchedulerConfig& scheduler = {}, GenerationStats* stats = nullptr) {
   EngineConfig config{.vocab_size = ranks.config.vocab_size,
                       .max_model_len = ranks.plan.max_model_len,
                       .eos_token_ids = ranks.config.eos_token_ids,
                       .scheduler = scheduler};
   if (!ranks.communicators.empty()) config.communicator = ranks.communicators[0].get();
+  const bool dcp = ranks.plan.context_parallel_size > 1;
   for (size_t r = 1; r < ranks.models.size(); ++r) {
     config.other_ranks.push_back({.model = ranks.models[r].get(),
                                   .cache = &ranks.caches[r],
-                                  .communicator = ranks.communicators[r].get()});
+                                  .communicator = ranks.communicators[r].get(),
+                                  .context_rank = dcp ? static_cast<int64_t>(r) : 0});
   }
-  std::vector<GenerationRequest> requests;
-  for (const nlohmann::json& prompt : ranks.reference["prompts"])
-    requests.push_back(request_for(prompt));
-  return generate(*ranks.models[0], ranks.plan, ranks.caches[0], config, requests);
+  return generate(*ranks.models[0], ranks.plan, ranks.caches[0], config, requests, stats);
 }
 
 struct Case {
   const char* fixture;
-  int size;
+  Split split;
 };
 
-class TensorParallelTest : public ::testing::TestWithParam<Case> {};
+class ParallelTest : public ::testing::TestWithParam<Case> {};
 
 // The same greedy tokens, and prompt and output log-probabilities within f32 rounding of sums
-// taken in another order, as one rank; at 4 ranks llama-tiny's 2 KV heads and at 2 and 4 ranks
-// qwen3-tiny's and gemma4-tiny's one are replicated. gemma4-tiny's later layers read earlier
-// layers' caches (KV sharing), its full layers have K = V, and its per-layer inputs stay whole.
-TEST_P(TensorParallelTest, MatchesOneRank) {
+// taken in another order, as one rank.
+// - TP: at 4 ranks llama-tiny's 2 KV heads and at 2 and 4 ranks qwen3-tiny's and gemma4-tiny's
+//   one are replicated.
+// - DCP: every rank holds every KV head and its share of each sequence's tokens, one or two at a
+//   time; the shares' outputs merge by their log-sum-exps, and mimo-tiny's sinks count once.
+// - gemma4-tiny's later layers read earlier layers' caches (KV sharing, under DCP their sources'
+//   shares), its full layers have K = V, its per-layer inputs stay whole; its sliding layers (and
+//   mimo-tiny's, kjv-gemma4's) see windows that start inside another rank's share.
+TEST_P(ParallelTest, MatchesOneRank) {
   const Case& c = GetParam();
-  auto one = load_ranks(c.fixture, 1);
-  auto many = load_ranks(c.fixture, c.size);
-  // Each rank's KV cache holds its share of the KV heads.
-  const HeadShard shard = shard_heads(one->config.layers[0], {.size = c.size});
+  auto one = load_ranks(c.fixture, {});
+  auto many = load_ranks(c.fixture, c.split);
+  // Each rank's KV cache holds its share of the KV heads: all of them under DCP.
+  const HeadShard shard =
+      shard_heads(one->config.layers[0], {.size = c.split.tp, .dcp = {.size = c.split.dcp}});
   EXPECT_EQ(many->plan.layers[0].attention.num_kv_heads, shard.kv_count);
-  const std::vector<Request> expected = run(*one);
+  if (c.split.dcp == c.split.tp) {
+    EXPECT_EQ(shard.kv_count, one->config.layers[0].num_kv_heads);
+  }
+  const std::vector<GenerationRequest> requests = reference_requests(*one);
+  const std::vector<Request> expected = run(*one, requests);
   // Small chunks and a small pool too, so steps mix prefill and decode.
   for (const SchedulerConfig& scheduler :
        {SchedulerConfig{}, SchedulerConfig{.max_num_seqs = 2, .max_num_batched_tokens = 7}}) {
-    const std::vector<Request> got = run(*many, scheduler);
+    const std::vector<Request> got = run(*many, requests, scheduler);
     ASSERT_EQ(got.size(), expected.size());
     double worst = 0;
     for (size_t i = 0; i < got.size(); ++i) {
@@ -101,19 +132,50 @@ TEST_P(TensorParallelTest, MatchesOneRank) {
                                          expected[i].output_logprobs[t].logprob));
       }
     }
-    EXPECT_LT(worst, 1e-4) << c.fixture << " on " << c.size << " ranks";
+    EXPECT_LT(worst, 1e-4) << c.fixture;
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, TensorParallelTest,
-                         ::testing::Values(Case{"llama-tiny", 2}, Case{"llama-tiny", 4},
-                                           Case{"qwen3-tiny", 2}, Case{"qwen3-tiny", 4},
-                                           Case{"gemma4-tiny", 2}, Case{"gemma4-tiny", 4}),
-                         [](const auto& info) {
-                           std::string name = info.param.fixture;
-                           std::replace(name.begin(), name.end(), '-', '_');
-                           return name + "_" + std::to_string(info.param.size);
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Fixtures, ParallelTest,
+    ::testing::Values(
+        Case{"llama-tiny", {.tp = 2}}, Case{"llama-tiny", {.tp = 4}}, Case{"qwen3-tiny", {.tp = 2}},
+        Case{"qwen3-tiny", {.tp = 4}}, Case{"gemma4-tiny", {.tp = 2}},
+        Case{"gemma4-tiny", {.tp = 4}}, Case{"llama-tiny", {.dcp = 2}},
+        Case{"qwen3-tiny", {.dcp = 2}}, Case{"gemma4-tiny", {.dcp = 2}},
+        Case{"gemma4-noshare-tiny", {.dcp = 2}}, Case{"mimo-tiny", {.dcp = 2}},
+        Case{"kjv-gemma4", {.dcp = 2, .interleave = 2}},
+        Case{"llama-tiny", {.dcp = 4, .interleave = 2}}, Case{"llama-tiny", {.tp = 2, .dcp = 2}},
+        Case{"qwen3-tiny", {.tp = 2, .dcp = 2}}, Case{"gemma4-tiny", {.tp = 2, .dcp = 2}},
+        Case{"gemma4-tiny", {.tp = 4, .dcp = 4}}),
+    [](const auto& info) {
+      std::string name = info.param.fixture;
+      std::replace(name.begin(), name.end(), '-', '_');
+      const Split& split = info.param.split;
+      if (split.tp > 1) name += "_tp" + std::to_string(split.tp);
+      if (split.dcp > 1) name += "_dcp" + std::to_string(split.dcp);
+      if (split.interleave > 1) name += "_interleave" + std::to_string(split.interleave);
+      return name;
+    });
+
+// Under DCP a block id covers block_size tokens on each rank, so a pool of as many blocks holds
+// twice the tokens; a batch that outgrows it is preempted and recomputed, and gives the tokens
+// each request gives alone.
+TEST(ContextParallelTest, BatchUnderKvPressureGivesTheSoloTokens) {
+  auto ranks = load_ranks("llama-tiny", {.dcp = 2}, 16, 64);
+  EXPECT_EQ(ranks->plan.groups[0].spec.block_tokens(), 8);
+  std::vector<GenerationRequest> requests = reference_requests(*ranks);
+  for (GenerationRequest& request : requests)
+    request.params.max_tokens = 24;
+  std::vector<std::vector<int32_t>> solo;
+  for (const GenerationRequest& request : requests)
+    solo.push_back(token_ids(run(*ranks, {request}).front()));
+  GenerationStats stats;
+  const std::vector<Request> batch = run(*ranks, requests, {}, &stats);
+  EXPECT_GT(stats.preemptions, 0);
+  for (size_t i = 0; i < requests.size(); ++i)
+    EXPECT_EQ(token_ids(batch[i]), solo[i]) << "prompt " << i;
+}
 
 // Models that do not split are refused before any weight loads, naming the reason.
 TEST(TensorParallelConfigTest, RefusesWhatDoesNotSplit) {
@@ -136,6 +198,49 @@ TEST(TensorParallelConfigTest, RefusesWhatDoesNotSplit) {
   EXPECT_NE(message("gemma4-noshare-tiny", 2).find("MoE experts do not split"), std::string::npos)
       << message("gemma4-noshare-tiny", 2);
   EXPECT_NE(message("llama-tiny", 0).find("--tensor-parallel-size 0"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace pagoda
+
+namespace pagoda {
+namespace {
+
+// What DCP does not combine with is refused before any weight loads, and an interleave that does
+// not divide the block size when the KV cache is planned.
+TEST(ContextParallelConfigTest, RefusesWhatDoesNotCombine) {
+  const auto message = [](auto&& body) {
+    try {
+      body();
+    } catch (const Error& error) {
+      return std::string(error.what());
+    }
+    return std::string();
+  };
+  EXPECT_EQ(message([] { check_context_parallel(1, 2, 1); }), "");
+  EXPECT_EQ(message([] { check_context_parallel(4, 4, 3); }), "");
+  EXPECT_NE(message([] {
+              check_context_parallel(4, 2, 1);
+            }).find("DCP groups smaller than the TP group are not supported yet"),
+            std::string::npos);
+  EXPECT_NE(message([] {
+              check_context_parallel(1, 0, 1);
+            }).find("--decode-context-parallel-size 0: it must be 1 to 256"),
+            std::string::npos);
+  EXPECT_NE(
+      message([] { check_context_parallel(1, 2, 0); }).find("--dcp-kv-cache-interleave-size 0"),
+      std::string::npos);
+  const ModelConfig config = load_model_config(checkpoint_dir("gemma4-tiny"));
+  const std::string planned = message([&] {
+    plan_on_cpu(config, nullptr,
+                {.block_size = 4, .context_parallel_size = 2, .context_interleave = 3});
+  });
+  EXPECT_NE(planned.find("--dcp-kv-cache-interleave-size 3 does not divide the block size"),
+            std::string::npos)
+      << planned;
+  EXPECT_EQ(world_size(1, 2), 2);
+  EXPECT_EQ(world_size(4, 4), 4);
+  EXPECT_EQ(world_size(2, 1), 2);
 }
 
 }  // namespace

@@ -42,7 +42,9 @@ std::vector<bool> sparse_layers(const ConfigReader& text, int64_t num_layers) {
 
 }  // namespace
 
-MiMoV2FlashModel::MiMoV2FlashModel(const ModelConfig& config, WeightSource& weights) {
+MiMoV2FlashModel::MiMoV2FlashModel(const ModelConfig& config, WeightSource& weights,
+                                   const TensorParallel& tp) {
+  PAGODA_CHECK(tp.size == 1, "MiMo-V2-Flash on {} tensor-parallel ranks", tp.size);
   const ConfigReader text(config.text_config, config.source);
   if (text.boolean_or("attention_bias", false)) {
     text.fail_field("attention_bias", "is true; biases are not supported yet");
@@ -84,7 +86,7 @@ MiMoV2FlashModel::MiMoV2FlashModel(const ModelConfig& config, WeightSource& weig
     Layer layer{
         .input_norm = RmsNorm::load(weights, prefix + ".input_layernorm.weight", hidden, eps),
         .attention = std::make_unique<SelfAttention>(weights, prefix + ".self_attn", hidden,
-                                                     attention, rope, options),
+                                                     attention, rope, options, tp),
         .post_attention_norm =
             RmsNorm::load(weights, prefix + ".post_attention_layernorm.weight", hidden, eps)};
     if (sparse[i]) {
@@ -203,8 +205,8 @@ bool MiMoV2FlashModel::synchronizes_with_host() const {
 }
 
 std::unique_ptr<CausalLm> build_mimo_v2_flash(const ModelConfig& config, WeightSource& weights,
-                                              const TensorParallel& /*tp: one rank*/) {
-  return std::make_unique<MiMoV2FlashModel>(config, weights);
+                                              const TensorParallel& tp) {
+  return std::make_unique<MiMoV2FlashModel>(config, weights, tp);
 }
 
 }  // namespace pagoda

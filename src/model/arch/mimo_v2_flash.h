@@ -12,7 +12,8 @@ namespace pagoda {
 
 class MiMoV2FlashModel : public CausalLm {
  public:
-  MiMoV2FlashModel(const ModelConfig& config, WeightSource& weights);
+  // `tp`: one tensor-parallel rank (whole weights), which may be a decode-context-parallel one.
+  MiMoV2FlashModel(const ModelConfig& config, WeightSource& weights, const TensorParallel& tp = {});
   Tensor forward(const ForwardBatch& batch) override;
   Tensor compute_logits(const Tensor& hidden) override;
   bool synchronizes_with_host() const override;

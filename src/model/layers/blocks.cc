@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "attention/context_merge.h"
 #include "ops/ops.h"
 
 namespace pagoda {
@@ -113,6 +114,7 @@ SelfAttention::SelfAttention(WeightSource& weights, const std::string& prefix, i
                              const SelfAttentionOptions& options, const TensorParallel& tp)
     : options_(options), tp_(tp), owns_kv_(layer.kv_source == KvSource::kOwn) {
   const HeadShard heads = shard_heads(layer, tp);
+  attended_heads_ = heads.attended_count;
   params_.num_q_heads = heads.q_count;
   params_.num_kv_heads = heads.kv_count;
   params_.head_size_k = layer.head_size_k;
@@ -154,8 +156,9 @@ SelfAttention::SelfAttention(WeightSource& weights, const std::string& prefix, i
   if (options.sinks) {
     const std::string name =
         prefix + (weights.has(prefix + ".sinks") ? ".sinks" : ".attention_sink_bias");
-    sinks_ = on_device(cpu::to_floats(
-        weights.get(name, {layer.num_q_heads}, part(0, heads.q_begin, heads.q_count, 1))));
+    // The heads this rank attends with; under DCP, only the DCP group's first rank adds them.
+    sinks_ = on_device(cpu::to_floats(weights.get(
+        name, {layer.num_q_heads}, part(0, heads.attended_begin, heads.attended_count, 1))));
   }
   inverse_frequencies_ = rope_inverse_frequencies(rope);
   rotary_dim_ = rope.rotary_dim;
@@ -242,13 +245,54 @@ Tensor SelfAttention::attend(const Tensor& x, const Tensor& q, const Tensor& k, 
                              const ForwardBatch& batch, int64_t layer_index) const {
   const AttentionLayerParams& p = params_;
   Tensor attended = ops::like(x, {x.size(0), p.num_q_heads * p.head_size_v});
-  AttentionLayerParams params = p;
-  if (sinks_.defined()) params.sinks = sinks_.data<float>();
   const LayerAttention& layer = batch.attention[layer_index];
-  layer.plan->forward(params, q, k, v, *layer.cache, attended);
+  if (tp_.dcp.size > 1) {
+    attend_context_parallel(q, k, v, *layer.plan, *layer.cache, attended);
+  } else {
+    AttentionLayerParams params = p;
+    if (sinks_.defined()) params.sinks = sinks_.data<float>();
+    layer.plan->forward(params, q, k, v, *layer.cache, attended);
+  }
   const Tensor out = project(attended, o_proj_);
   tp_.all_reduce(out);
   return out;
+}
+
+void SelfAttention::attend_context_parallel(const Tensor& q, const Tensor& k, const Tensor& v,
+                                            AttentionPlan& plan, const KvCacheView& cache,
+                                            const Tensor& attended) const {
+  const ContextParallel& dcp = tp_.dcp;
+  const int64_t tokens = q.size(0);
+  const int64_t own = params_.num_q_heads;
+  const int64_t dk = params_.head_size_k;
+  const int64_t dv = params_.head_size_v;
+  // The DCP group's query heads: each rank's own, gathered in rank order, under TP.
+  Tensor group_q = q;
+  if (attended_heads_ != own) {
+    const Tensor mine = q.contiguous();
+    const Tensor gathered = ops::like(mine, {dcp.size * tokens, own, dk});
+    dcp.comm->all_gather(mine, gathered);
+    group_q = gathered.view({dcp.size, tokens, own, dk})
+                  .permute({1, 0, 2, 3})
+                  .contiguous()
+                  .view({tokens, attended_heads_, dk});
+  }
+  AttentionLayerParams params = params_;
+  params.num_q_heads = attended_heads_;
+  if (sinks_.defined() && dcp.rank == 0) params.sinks = sinks_.data<float>();
+  const Tensor part = ops::like(attended, {tokens, attended_heads_ * dv});
+  const Tensor lse = Tensor::empty({tokens, attended_heads_}, DType::kF32, q.device());
+  params.lse = lse.data<float>();
+  plan.forward(params, group_q, k, v, cache, part);
+  // Every rank's share of every sequence's keys, merged by their log-sum-exps.
+  const Tensor parts = ops::like(part, {dcp.size * tokens, attended_heads_ * dv});
+  const Tensor lses = Tensor::empty({dcp.size * tokens, attended_heads_}, DType::kF32, q.device());
+  dcp.comm->all_gather(part, parts);
+  dcp.comm->all_gather(lse, lses);
+  merge_attention_parts(parts.view({dcp.size, tokens, attended_heads_, dv}),
+                        lses.view({dcp.size, tokens, attended_heads_}),
+                        attended_heads_ == own ? 0 : dcp.rank * own,
+                        attended.view({tokens, own, dv}));
 }
 
 }  // namespace pagoda

@@ -80,8 +80,14 @@ class SelfAttention {
   // Attention of q/k/v over the layer's cache, then the output projection.
   Tensor attend(const Tensor& x, const Tensor& q, const Tensor& k, const Tensor& v,
                 const ForwardBatch& batch, int64_t layer_index) const;
+  // Under DCP: attention of the DCP group's query heads over this rank's share of the keys, merged
+  // with the other ranks' shares into attended [T, own heads * Dv].
+  void attend_context_parallel(const Tensor& q, const Tensor& k, const Tensor& v,
+                               AttentionPlan& plan, const KvCacheView& cache,
+                               const Tensor& attended) const;
 
   AttentionLayerParams params_;  // this rank's heads
+  int64_t attended_heads_ = 0;   // the q heads its attention runs (shard_heads)
   SelfAttentionOptions options_;
   TensorParallel tp_;
   bool owns_kv_ = true;
@@ -89,7 +95,7 @@ class SelfAttention {
   Tensor qkv_proj_;  // [q + k + v, hidden] on a GPU, for a layer with its own K and V (not K = V)
   std::optional<RmsNorm> q_norm_, k_norm_;
   std::optional<RmsNormParams> v_norm_;  // without a weight, with options_.v_norm
-  Tensor sinks_;  // [num_q_heads] f32 on the model's device, when options_.sinks
+  Tensor sinks_;  // [attended_heads_] f32 on the model's device, when options_.sinks
   std::vector<float> inverse_frequencies_;
   int64_t rotary_dim_ = 0;
   Tensor device_frequencies_;  // [rotary_dim / 2] f32, for a model on a GPU
