@@ -14,4 +14,4 @@ pagoda_build build/tsan -DPAGODA_BUILD_TESTS=ON -DPAGODA_TSAN=ON -DPAGODA_SANITI
 # OpenBLAS's own threads are not instrumented: its synchronisation would look like races.
 OPENBLAS_NUM_THREADS=1 TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
   ctest --test-dir build/tsan --output-on-failure --no-tests=error -j "$(nproc)" \
-  -R "EngineService|HttpServer|OpenAiServer|OpenAiClient|EngineTest|SchedulerTest|ThreadPool|Serve|CpuCommunicator|TensorParallel"
+  -R "EngineService|HttpServer|OpenAiServer|OpenAiClient|EngineTest|SchedulerTest|ThreadPool|Serve|CpuCommunicator|ParallelTest|ContextParallel"
