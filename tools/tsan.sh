@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # ThreadSanitizer over the code that runs on several threads: the engine service, the HTTP server,
 # the OpenAI server, the engine and scheduler, the CPU thread pool, the in-process CPU ranks and
-# tensor parallelism over them, and the end-to-end server test.
+# tensor and decode-context parallelism over them, and the end-to-end server test.
 # Builds into build/tsan (CUDA off) and runs those tests; exits non-zero on any report.
 set -euo pipefail
 cd "$(dirname "$0")/.."
