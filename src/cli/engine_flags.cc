@@ -159,7 +159,6 @@ RankModels load_model(const EngineModels& models, const EngineFlags& flags) {
   if (flags.check_weights && !dummy) check_weights_finite(models.model_dir);
   const int ranks = static_cast<int>(models.ranks());
   RankModels out;
-  out.context_parallel_size = models.decode_context_parallel_size;
   if (ranks > 1) out.communicators = make_cpu_group(ranks);
   for (int r = 0; r < ranks; ++r) {
     WeightSource weights = dummy ? WeightSource::dummy(*dummy, flags.seed)
@@ -183,10 +182,8 @@ EngineConfig RankModels::with_ranks(EngineConfig config) const {
   if (models.size() == 1) return config;
   config.communicator = communicators[0].get();
   for (size_t r = 1; r < models.size(); ++r) {
-    config.other_ranks.push_back({.model = models[r].get(),
-                                  .cache = &caches[r],
-                                  .communicator = communicators[r].get(),
-                                  .context_rank = context_parallel_size > 1 ? int64_t(r) : 0});
+    config.other_ranks.push_back(
+        {.model = models[r].get(), .cache = &caches[r], .communicator = communicators[r].get()});
   }
   return config;
 }

@@ -67,7 +67,6 @@ struct RankModels {
   std::vector<std::unique_ptr<Communicator>> communicators;  // with more than one rank
   std::vector<std::unique_ptr<CausalLm>> models;
   std::vector<KvCache> caches;
-  int64_t context_parallel_size = 1;  // every rank is a DCP rank when above 1
 
   CausalLm& model() const { return *models[0]; }
   const KvCache& cache() const { return caches[0]; }

@@ -4,13 +4,7 @@ namespace pagoda {
 
 struct RankRunners::Rank {
   Rank(const RankShard& shard, const KvCachePlan& plan, const RunnerOptions& options)
-      : communicator(shard.communicator),
-        runner(*shard.model, plan, *shard.cache, with_context_rank(options, shard.context_rank)) {}
-
-  static RunnerOptions with_context_rank(RunnerOptions options, int64_t rank) {
-    options.context_rank = rank;
-    return options;
-  }
+      : communicator(shard.communicator), runner(*shard.model, plan, *shard.cache, options) {}
 
   Communicator* communicator;
   ModelRunner runner;
@@ -21,10 +15,13 @@ struct RankRunners::Rank {
 RankRunners::RankRunners(std::span<const RankShard> ranks, Communicator& own,
                          const KvCachePlan& plan, const RunnerOptions& options)
     : own_(own) {
-  for (const RankShard& shard : ranks) {
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    const RankShard& shard = ranks[i];
     PAGODA_CHECK(shard.model != nullptr && shard.cache != nullptr && shard.communicator != nullptr,
                  "a tensor-parallel rank without its model, cache or communicator");
-    ranks_.push_back(std::make_unique<Rank>(shard, plan, options));
+    RunnerOptions rank_options = options;
+    if (plan.context_parallel_size > 1) rank_options.context_rank = static_cast<int64_t>(i) + 1;
+    ranks_.push_back(std::make_unique<Rank>(shard, plan, rank_options));
   }
   for (const std::unique_ptr<Rank>& rank : ranks_)
     rank->thread = std::thread([this, r = rank.get()] { work(*r); });

@@ -23,13 +23,13 @@ struct RankShard {
   CausalLm* model = nullptr;
   const KvCache* cache = nullptr;
   Communicator* communicator = nullptr;
-  int64_t context_rank = 0;  // under decode context parallelism
 };
 
 class RankRunners {
  public:
-  // A runner and a thread for each of `ranks`, over `plan`; `own` is the communicator of the
-  // caller's rank 0.
+  // A runner and a thread for each of `ranks` (ranks 1, 2, ...), over `plan`; `own` is the
+  // communicator of the caller's rank 0. Under decode context parallelism every rank is a DCP rank
+  // of the plan's group, in this order.
   RankRunners(std::span<const RankShard> ranks, Communicator& own, const KvCachePlan& plan,
               const RunnerOptions& options);
   ~RankRunners();

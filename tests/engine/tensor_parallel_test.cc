@@ -75,12 +75,10 @@ std::vector<Request> run(Ranks& ranks, const std::vector<GenerationRequest>& req
                       .eos_token_ids = ranks.config.eos_token_ids,
                       .scheduler = scheduler};
   if (!ranks.communicators.empty()) config.communicator = ranks.communicators[0].get();
-  const bool dcp = ranks.plan.context_parallel_size > 1;
   for (size_t r = 1; r < ranks.models.size(); ++r) {
     config.other_ranks.push_back({.model = ranks.models[r].get(),
                                   .cache = &ranks.caches[r],
-                                  .communicator = ranks.communicators[r].get(),
-                                  .context_rank = dcp ? static_cast<int64_t>(r) : 0});
+                                  .communicator = ranks.communicators[r].get()});
   }
   return generate(*ranks.models[0], ranks.plan, ranks.caches[0], config, requests, stats);
 }
