@@ -25,7 +25,7 @@ constexpr Architecture kArchitectures[] = {
     {"Gemma4AssistantForCausalLM", "gemma4_assistant", true, read_gemma4_assistant_layers, nullptr,
      false, estimate_dense_decoder_weights},
     {"MiMoV2FlashForCausalLM", "mimo_v2_flash", false, read_mimo_v2_flash_layers,
-     build_mimo_v2_flash, false, estimate_dense_decoder_weights},
+     build_mimo_v2_flash, true, estimate_dense_decoder_weights},
 };
 
 }  // namespace

@@ -34,13 +34,18 @@ void check_tensor_parallel(const ModelConfig& config, int64_t size) {
   if (!arch.tensor_parallel) {
     fail(
         "{}: {} does not run tensor-parallel yet (--tensor-parallel-size {}); these do: Llama, "
-        "Qwen3, Gemma 4 without MoE",
+        "Qwen3, Gemma 4, MiMo-V2-Flash",
         config.source, config.architecture, size);
   }
   const ConfigReader text(config.text_config, config.source);
-  if (text.boolean_or("enable_moe_block", false)) {
-    fail("{}: MoE experts do not split over ranks yet (--tensor-parallel-size {})", config.source,
-         size);
+  // Experts split whole: Gemma 4 counts them in num_experts (with enable_moe_block), MiMo in
+  // n_routed_experts.
+  const char* experts_key = text.boolean_or("enable_moe_block", false) ? "num_experts"
+                            : text.has("n_routed_experts")             ? "n_routed_experts"
+                                                                       : nullptr;
+  if (experts_key && text.positive(experts_key) % size != 0) {
+    fail("{}: {} {} does not split over {} ranks", config.source, experts_key,
+         text.positive(experts_key), size);
   }
   for (const LayerAttentionConfig& layer : config.layers) {
     if (layer.num_q_heads % size != 0) {

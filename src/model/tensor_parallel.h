@@ -2,8 +2,9 @@
 // rows of each weight it holds, and the all-reduce that sums the partial outputs of row-parallel
 // projections. Attention splits q heads evenly; KV heads split with them, or, when there are fewer
 // KV heads than ranks, each rank holds the one KV head its q heads read (replicated on size / kv
-// ranks). A gated MLP splits its inner dimension (gate and up by rows, down by columns).
-// Embeddings, norms and the lm_head are replicated.
+// ranks). A gated MLP splits its inner dimension (gate and up by rows, down by columns). MoE
+// experts split whole: each rank runs the routed tokens through its own experts, and the ranks'
+// sums are all-reduced. Routers, embeddings, norms and the lm_head are replicated.
 //
 // Decode context parallelism (DCP) deals each sequence's tokens over `dcp.size` ranks, which store
 // only their share of its K/V. Each attention layer then attends its share with every query head
@@ -34,9 +35,12 @@ struct TensorParallel {
   Communicator* comm = nullptr;  // with size > 1
   ContextParallel dcp;
 
+  // This rank's even share of `count` items: the first of them, and how many.
+  int64_t first_of(int64_t count) const { return rank * (count / size); }
+  int64_t share_of(int64_t count) const { return count / size; }
   // This rank's even share of `count` items along `dim` of a weight (the whole weight at size 1).
   WeightSlice share(int64_t dim, int64_t count) const {
-    return size == 1 ? WeightSlice{} : WeightSlice{dim, rank * (count / size), count / size};
+    return size == 1 ? WeightSlice{} : WeightSlice{dim, first_of(count), share_of(count)};
   }
   // Sums x over the ranks, in place (nothing at size 1).
   void all_reduce(const Tensor& x) const {
@@ -57,8 +61,8 @@ struct HeadShard {
 HeadShard shard_heads(const LayerAttentionConfig& layer, const TensorParallel& tp);
 
 // Error, naming the field and the numbers, unless `config` splits over `size` ranks: its
-// architecture runs tensor-parallel (MoE blocks do not yet), every layer's q heads divide evenly,
-// its KV heads divide evenly or divide `size`, and so does the MLP's inner size.
+// architecture runs tensor-parallel, every layer's q heads divide evenly, its KV heads divide
+// evenly or divide `size`, and so do the MLP's inner size and the MoE experts.
 void check_tensor_parallel(const ModelConfig& config, int64_t size);
 // Error, naming the flag and the numbers, unless `dcp_size` context-parallel ranks combine with
 // `tp_size` tensor-parallel ones: 1 to 256 of them, and every rank of the group (TP 1, or TP of

@@ -407,9 +407,6 @@ TEST(GenerateCliTest, ParallelRanksPrintWhatOneRankPrints) {
            "/tests/fixtures/llama-tiny --prompt-ids 1,2 --tensor-parallel-size 3",
        "do not split over 3 ranks"},
       {"generate --model " + std::string(PAGODA_SOURCE_DIR) +
-           "/tests/fixtures/mimo-tiny --prompt-ids 1,2 --tensor-parallel-size 2",
-       "does not run tensor-parallel yet"},
-      {"generate --model " + std::string(PAGODA_SOURCE_DIR) +
            "/tests/fixtures/llama-tiny --prompt-ids 1,2 --tensor-parallel-size 0",
        "tensor-parallel-size"},
       {"generate --model " + std::string(PAGODA_SOURCE_DIR) +

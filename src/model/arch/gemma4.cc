@@ -96,7 +96,7 @@ Gemma4Model::Gemma4Model(const ModelConfig& config, WeightSource& weights,
                 double_wide && i >= first_shared && first_shared > 0 ? 2 * inner : inner,
                 cpu::Activation::kGeluTanh, tp),
             .layer_scalar = read_scalar(weights, layer + ".layer_scalar")};
-    if (moe) l.moe = load_moe(weights, text, layer, hidden, eps);
+    if (moe) l.moe = load_moe(weights, text, layer, hidden, eps, tp);
     if (ple_size_ > 0) {
       l.ple_gate = weights.get(layer + ".per_layer_input_gate.weight", {ple_size_, hidden});
       l.ple_projection = weights.get(layer + ".per_layer_projection.weight", {hidden, ple_size_});
@@ -111,7 +111,8 @@ Gemma4Model::Gemma4Model(const ModelConfig& config, WeightSource& weights,
 }
 
 Gemma4Model::Moe Gemma4Model::load_moe(WeightSource& weights, const ConfigReader& text,
-                                       const std::string& layer, int64_t hidden, float eps) {
+                                       const std::string& layer, int64_t hidden, float eps,
+                                       const TensorParallel& tp) {
   const int64_t experts = text.positive("num_experts");
   const int64_t top_k = text.positive("top_k_experts");
   const int64_t inner = text.positive("moe_intermediate_size");
@@ -120,8 +121,12 @@ Gemma4Model::Moe Gemma4Model::load_moe(WeightSource& weights, const ConfigReader
           .router_scale = cpu::to_floats(weights.get(layer + ".router.scale", {hidden})),
           .per_expert_scale =
               cpu::to_floats(weights.get(layer + ".router.per_expert_scale", {experts})),
-          .gate_up = weights.get(layer + ".experts.gate_up_proj", {experts, 2 * inner, hidden}),
-          .down = weights.get(layer + ".experts.down_proj", {experts, hidden, inner}),
+          .gate_up = weights.get(layer + ".experts.gate_up_proj", {experts, 2 * inner, hidden},
+                                 tp.share(0, experts)),
+          .down = weights.get(layer + ".experts.down_proj", {experts, hidden, inner},
+                              tp.share(0, experts)),
+          .first_expert = tp.first_of(experts),
+          .tp = tp,
           .pre_norm =
               RmsNorm::load(weights, layer + ".pre_feedforward_layernorm_2.weight", hidden, eps),
           .post_mlp_norm =
@@ -190,13 +195,14 @@ Tensor Gemma4Model::run_moe(const Moe& moe, const Tensor& residual) const {
   }
   Tensor xe = ops::like(residual, residual.shape());
   moe.pre_norm.apply(residual, xe);
-  return mix_experts(xe, chosen, experts, [&](int64_t e, const Tensor& rows) {
-    const Tensor gate_up = moe.gate_up.select(0, e);
-    const Tensor gate = project(rows, gate_up.narrow(0, 0, inner));
-    ops::gated_activation(Activation::kGeluTanh, gate,
-                          project(rows, gate_up.narrow(0, inner, inner)), gate);
-    return project(gate, moe.down.select(0, e));
-  });
+  return mix_experts(xe, chosen, moe.first_expert, moe.gate_up.size(0), moe.tp,
+                     [&](int64_t e, const Tensor& rows) {
+                       const Tensor gate_up = moe.gate_up.select(0, e - moe.first_expert);
+                       const Tensor gate = project(rows, gate_up.narrow(0, 0, inner));
+                       ops::gated_activation(Activation::kGeluTanh, gate,
+                                             project(rows, gate_up.narrow(0, inner, inner)), gate);
+                       return project(gate, moe.down.select(0, e - moe.first_expert));
+                     });
 }
 
 Tensor Gemma4Model::per_layer_inputs(const std::vector<int32_t>& ids, const Tensor& device_ids,

@@ -33,8 +33,11 @@ class Gemma4Model : public CausalLm {
     Tensor router;                        // [experts, hidden]
     std::vector<float> router_scale;      // [hidden]
     std::vector<float> per_expert_scale;  // [experts]
-    Tensor gate_up;                       // [experts, 2 * inner, hidden]: gate rows, then up rows
-    Tensor down;                          // [experts, hidden, inner]
+    // This rank's experts, [first_expert, first_expert + held) of all of them.
+    Tensor gate_up;  // [held, 2 * inner, hidden]: gate rows, then up rows
+    Tensor down;     // [held, hidden, inner]
+    int64_t first_expert = 0;
+    TensorParallel tp;
     RmsNorm pre_norm;
     RmsNorm post_mlp_norm;
     RmsNorm post_experts_norm;
@@ -57,7 +60,7 @@ class Gemma4Model : public CausalLm {
   };
 
   static Moe load_moe(WeightSource& weights, const ConfigReader& text, const std::string& layer,
-                      int64_t hidden, float eps);
+                      int64_t hidden, float eps, const TensorParallel& tp);
   Tensor run_moe(const Moe& moe, const Tensor& residual) const;
   // [T, layers * P]: per-layer inputs, layer i in columns [i * P, (i + 1) * P).
   Tensor per_layer_inputs(const std::vector<int32_t>& ids, const Tensor& device_ids,

@@ -44,7 +44,6 @@ std::vector<bool> sparse_layers(const ConfigReader& text, int64_t num_layers) {
 
 MiMoV2FlashModel::MiMoV2FlashModel(const ModelConfig& config, WeightSource& weights,
                                    const TensorParallel& tp) {
-  PAGODA_CHECK(tp.size == 1, "MiMo-V2-Flash on {} tensor-parallel ranks", tp.size);
   const ConfigReader text(config.text_config, config.source);
   if (text.boolean_or("attention_bias", false)) {
     text.fail_field("attention_bias", "is true; biases are not supported yet");
@@ -90,10 +89,10 @@ MiMoV2FlashModel::MiMoV2FlashModel(const ModelConfig& config, WeightSource& weig
         .post_attention_norm =
             RmsNorm::load(weights, prefix + ".post_attention_layernorm.weight", hidden, eps)};
     if (sparse[i]) {
-      layer.moe = load_moe(weights, text, prefix + ".mlp", hidden);
+      layer.moe = load_moe(weights, text, prefix + ".mlp", hidden, tp);
     } else {
       layer.mlp = GatedMlp::load(weights, prefix + ".mlp", hidden,
-                                 text.positive("intermediate_size"), activation);
+                                 text.positive("intermediate_size"), activation, tp);
     }
     layers_.push_back(std::move(layer));
   }
@@ -104,7 +103,8 @@ MiMoV2FlashModel::MiMoV2FlashModel(const ModelConfig& config, WeightSource& weig
 }
 
 MiMoV2FlashModel::Moe MiMoV2FlashModel::load_moe(WeightSource& weights, const ConfigReader& text,
-                                                 const std::string& prefix, int64_t hidden) {
+                                                 const std::string& prefix, int64_t hidden,
+                                                 const TensorParallel& tp) {
   Moe moe;
   const int64_t experts = text.positive("n_routed_experts");
   const int64_t inner = text.positive("moe_intermediate_size");
@@ -123,7 +123,9 @@ MiMoV2FlashModel::Moe MiMoV2FlashModel::load_moe(WeightSource& weights, const Co
   }
   moe.router = weights.get(prefix + ".gate.weight", {experts, hidden});
   moe.bias = cpu::to_floats(weights.get(prefix + ".gate.e_score_correction_bias", {experts}));
-  for (int64_t e = 0; e < experts; ++e) {
+  moe.first_expert = tp.first_of(experts);
+  moe.tp = tp;
+  for (int64_t e = moe.first_expert; e < moe.first_expert + tp.share_of(experts); ++e) {
     const std::string expert = prefix + ".experts." + std::to_string(e);
     moe.experts.push_back({weights.get(expert + ".gate_proj.weight", {inner, hidden}),
                            weights.get(expert + ".up_proj.weight", {inner, hidden}),
@@ -134,7 +136,7 @@ MiMoV2FlashModel::Moe MiMoV2FlashModel::load_moe(WeightSource& weights, const Co
 
 Tensor MiMoV2FlashModel::run_moe(const Moe& moe, const Tensor& x) {
   const int64_t tokens = x.size(0);
-  const int64_t experts = static_cast<int64_t>(moe.experts.size());
+  const int64_t experts = moe.router.size(0);
   const int64_t group_size = experts / moe.num_groups;
   // Routing runs on the host.
   const Tensor logits = ops::linear(x, moe.router, DType::kF32).to(Device::cpu());
@@ -182,10 +184,12 @@ Tensor MiMoV2FlashModel::run_moe(const Moe& moe, const Tensor& x) {
       chosen[t].push_back({order[k], weight * moe.routed_scale});
     }
   }
-  return mix_experts(x, chosen, experts, [&](int64_t e, const Tensor& rows) {
-    const Expert& expert = moe.experts[e];
-    return GatedMlp{expert.gate, expert.up, expert.down, cpu::Activation::kSilu}.forward(rows);
-  });
+  return mix_experts(
+      x, chosen, moe.first_expert, static_cast<int64_t>(moe.experts.size()), moe.tp,
+      [&](int64_t e, const Tensor& rows) {
+        const Expert& expert = moe.experts[e - moe.first_expert];
+        return GatedMlp{expert.gate, expert.up, expert.down, cpu::Activation::kSilu}.forward(rows);
+      });
 }
 
 Tensor MiMoV2FlashModel::forward(const ForwardBatch& batch) {

@@ -25,9 +25,11 @@ class MiMoV2FlashModel : public CausalLm {
     Tensor down;  // [hidden, inner]
   };
   struct Moe {
-    Tensor router;            // [experts, hidden]
-    std::vector<float> bias;  // [experts] e_score_correction_bias, for selection only
-    std::vector<Expert> experts;
+    Tensor router;                // [experts, hidden]
+    std::vector<float> bias;      // [experts] e_score_correction_bias, for selection only
+    std::vector<Expert> experts;  // this rank's, from first_expert on
+    int64_t first_expert = 0;
+    TensorParallel tp;
     int64_t top_k = 0;
     int64_t num_groups = 1;
     int64_t top_groups = 1;
@@ -43,7 +45,7 @@ class MiMoV2FlashModel : public CausalLm {
   };
 
   static Moe load_moe(WeightSource& weights, const ConfigReader& text, const std::string& prefix,
-                      int64_t hidden);
+                      int64_t hidden, const TensorParallel& tp);
   // x: the normed input [T, hidden] -> [T, hidden].
   static Tensor run_moe(const Moe& moe, const Tensor& x);
 

@@ -11,11 +11,12 @@ Tensor project(const Tensor& x, const Tensor& weight) {
   return ops::linear(x, weight);
 }
 
-Tensor mix_experts(const Tensor& x, const ExpertChoices& chosen, int64_t num_experts,
+Tensor mix_experts(const Tensor& x, const ExpertChoices& chosen, int64_t first, int64_t count,
+                   const TensorParallel& tp,
                    const std::function<Tensor(int64_t, const Tensor&)>& expert) {
   const int64_t hidden = x.size(1);
   Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
-  for (int64_t e = 0; e < num_experts; ++e) {
+  for (int64_t e = first; e < first + count; ++e) {
     std::vector<int64_t> rows;
     std::vector<float> weights;
     for (int64_t t = 0; t < static_cast<int64_t>(chosen.size()); ++t) {
@@ -27,12 +28,12 @@ Tensor mix_experts(const Tensor& x, const ExpertChoices& chosen, int64_t num_exp
       }
     }
     if (rows.empty()) continue;
-    const int64_t count = static_cast<int64_t>(rows.size());
-    Tensor gathered = ops::like(x, {count, hidden});
-    for (int64_t r = 0; r < count; ++r)
+    const int64_t routed = static_cast<int64_t>(rows.size());
+    Tensor gathered = ops::like(x, {routed, hidden});
+    for (int64_t r = 0; r < routed; ++r)
       gathered.select(0, r).copy_from(x.select(0, rows[r]));
     const Tensor y = expert(e, gathered);
-    for (int64_t r = 0; r < count; ++r) {
+    for (int64_t r = 0; r < routed; ++r) {
       if (x.device().is_cpu()) {
         float* dst = out.data<float>() + rows[r] * hidden;
         const float* src = y.data<float>() + r * hidden;
@@ -46,6 +47,7 @@ Tensor mix_experts(const Tensor& x, const ExpertChoices& chosen, int64_t num_exp
       }
     }
   }
+  tp.all_reduce(out);
   return out;
 }
 

@@ -134,9 +134,11 @@ Tensor pre_norm_decoder(const ForwardBatch& batch, const Tensor& embed_tokens,
 // For each token, the experts routed to and their weights.
 using ExpertChoices = std::vector<std::vector<std::pair<int64_t, float>>>;
 
-// out[t] = Σ weight · expert(e, rows routed to e) over token t's choices, summed in ascending
-// expert order. x: [T, hidden]; expert(e, rows [n, hidden]) returns [n, hidden].
-Tensor mix_experts(const Tensor& x, const ExpertChoices& chosen, int64_t num_experts,
+// out[t] = Σ weight · expert(e, rows routed to e) over token t's choices of the experts this rank
+// holds (e in [first, first + count)), summed in ascending expert order, then over the TP ranks.
+// x: [T, hidden]; expert(e, rows [n, hidden]) returns [n, hidden].
+Tensor mix_experts(const Tensor& x, const ExpertChoices& chosen, int64_t first, int64_t count,
+                   const TensorParallel& tp,
                    const std::function<Tensor(int64_t, const Tensor&)>& expert);
 
 // [rows, cols] f32 product of x and a weight, through cpu::linear.
