@@ -311,11 +311,10 @@ void run_bench(const BenchOptions& options, const CLI::App& command) {
 
   const Clock::time_point load_start = Clock::now();
   RankModels ranks = load_model(models, engine_flags);
-  const std::unique_ptr<Drafter> drafter = load_engine_drafter(models, engine_flags);
   ranks.allocate_caches(plan, engine_device(engine_flags));
   fmt::print(stderr, "loaded in {:.2f} s\n", seconds_since(load_start));
   Engine engine(ranks.model(), plan, ranks.cache(),
-                ranks.with_ranks(engine_config(config, plan, engine_flags)), drafter.get());
+                ranks.with_ranks(engine_config(config, plan, engine_flags)), ranks.drafter());
   std::mt19937_64 rng(engine_flags.seed);
   for (int64_t i = 0; i < options.warmup_iters; ++i)
     run_iteration(engine, options, config.vocab_size, rng);

@@ -160,14 +160,22 @@ RankModels load_model(const EngineModels& models, const EngineFlags& flags) {
   const int ranks = static_cast<int>(models.ranks());
   RankModels out;
   if (ranks > 1) out.communicators = make_cpu_group(ranks);
+  const auto place = [&](int r) {
+    return rank_place(models.tensor_parallel_size, models.decode_context_parallel_size, r,
+                      ranks > 1 ? out.communicators[r].get() : nullptr);
+  };
   for (int r = 0; r < ranks; ++r) {
     WeightSource weights = dummy ? WeightSource::dummy(*dummy, flags.seed)
                                  : WeightSource::from_checkpoint(models.model_dir);
     weights.set_device(device);
-    out.models.push_back(
-        build_causal_lm(config, weights,
-                        rank_place(models.tensor_parallel_size, models.decode_context_parallel_size,
-                                   r, ranks > 1 ? out.communicators[r].get() : nullptr)));
+    out.models.push_back(build_causal_lm(config, weights, place(r)));
+  }
+  if (!models.speculative) return out;
+  const std::optional<DType> drafter_dummy = dummy_dtype(models.speculative->drafter, flags);
+  if (flags.check_weights && !drafter_dummy) check_weights_finite(models.speculative->model_dir);
+  for (int r = 0; r < ranks; ++r) {
+    out.drafters.push_back(std::make_unique<Drafter>(
+        load_drafter(*models.speculative, device, drafter_dummy, flags.seed, place(r))));
   }
   return out;
 }
@@ -182,8 +190,10 @@ EngineConfig RankModels::with_ranks(EngineConfig config) const {
   if (models.size() == 1) return config;
   config.communicator = communicators[0].get();
   for (size_t r = 1; r < models.size(); ++r) {
-    config.other_ranks.push_back(
-        {.model = models[r].get(), .cache = &caches[r], .communicator = communicators[r].get()});
+    config.other_ranks.push_back({.model = models[r].get(),
+                                  .cache = &caches[r],
+                                  .communicator = communicators[r].get(),
+                                  .drafter = drafters.empty() ? nullptr : drafters[r].get()});
   }
   return config;
 }
@@ -214,25 +224,14 @@ EngineModels engine_models(const std::string& model_dir, const EngineFlags& flag
         "engine yet",
         parallel);
   }
-  if (world_size(tp, dcp) > 1 && !flags.speculative_config.empty()) {
-    fail("--speculative-config does not combine with {} yet", parallel);
-  }
   models.tensor_parallel_size = tp;
   models.decode_context_parallel_size = dcp;
   models.planned = rank_model_config(models.target, tp, dcp);
   if (flags.speculative_config.empty()) return models;
   models.speculative = parse_speculative_config(flags.speculative_config, model_dir, models.target);
+  check_tensor_parallel(models.speculative->drafter, tp);
+  models.planned_drafter = rank_model_config(models.speculative->drafter, tp, dcp);
   return models;
-}
-
-std::unique_ptr<Drafter> load_engine_drafter(const EngineModels& models, const EngineFlags& flags) {
-  if (!models.speculative) return nullptr;
-  if (flags.check_weights && !dummy_dtype(models.speculative->drafter, flags)) {
-    check_weights_finite(models.speculative->model_dir);
-  }
-  return std::make_unique<Drafter>(load_drafter(*models.speculative, engine_device(flags),
-                                                dummy_dtype(models.speculative->drafter, flags),
-                                                flags.seed));
 }
 
 std::string describe_spec_stats(const GenerationStats& stats) {

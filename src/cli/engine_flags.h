@@ -66,9 +66,11 @@ CacheConfig engine_cache_config(const EngineFlags& flags, const ModelConfig& tar
 struct RankModels {
   std::vector<std::unique_ptr<Communicator>> communicators;  // with more than one rank
   std::vector<std::unique_ptr<CausalLm>> models;
+  std::vector<std::unique_ptr<Drafter>> drafters;  // with --speculative-config
   std::vector<KvCache> caches;
 
   CausalLm& model() const { return *models[0]; }
+  Drafter* drafter() const { return drafters.empty() ? nullptr : drafters[0].get(); }
   const KvCache& cache() const { return caches[0]; }
   // Allocates every rank's cache from `plan` on `device`.
   void allocate_caches(const KvCachePlan& plan, Device device);
@@ -77,8 +79,9 @@ struct RankModels {
 };
 
 struct EngineModels;
-// Every rank's shard of the model as the flags say (its checkpoint, or dummy weights); the caches
-// are left to allocate_caches(). Error for a device that cannot run it or a bad checkpoint.
+// Every rank's shard of the model and of the drafter as the flags say (their checkpoints, or dummy
+// weights); the caches are left to allocate_caches(). Error for a device that cannot run it or a
+// bad checkpoint.
 RankModels load_model(const EngineModels& models, const EngineFlags& flags);
 EngineConfig engine_config(const ModelConfig& config, const KvCachePlan& plan,
                            const EngineFlags& flags);
@@ -96,14 +99,14 @@ struct EngineModels {
   // Ranks the run holds (world_size of the two).
   int64_t ranks() const { return world_size(tensor_parallel_size, decode_context_parallel_size); }
   std::optional<SpeculativeConfig> speculative;
+  // The drafter as each rank holds it, for the KV plan.
+  std::optional<ModelConfig> planned_drafter;
 
-  const ModelConfig* drafter() const { return speculative ? &speculative->drafter : nullptr; }
+  const ModelConfig* drafter() const { return planned_drafter ? &*planned_drafter : nullptr; }
 };
 // Error for a config, a --speculative-config, or a --tensor-parallel-size or
 // --decode-context-parallel-size that cannot run (before any weight loads).
 EngineModels engine_models(const std::string& model_dir, const EngineFlags& flags);
-// The drafter --speculative-config names, loaded as the flags say (null without one).
-std::unique_ptr<Drafter> load_engine_drafter(const EngineModels& models, const EngineFlags& flags);
 // Speculative decoding's counters as --stats prints them: rounds, drafts proposed and accepted,
 // and the share of rounds that kept each position.
 std::string describe_spec_stats(const GenerationStats& stats);

@@ -135,13 +135,12 @@ void run_generate(const GenerateOptions& options) {
 
   const auto started = std::chrono::steady_clock::now();
   RankModels ranks = load_model(models, options.engine);
-  const std::unique_ptr<Drafter> drafter = load_engine_drafter(models, options.engine);
   const auto loaded = std::chrono::steady_clock::now();
   ranks.allocate_caches(plan, engine_device(options.engine));
   const EngineConfig engine = ranks.with_ranks(engine_config(config, plan, options.engine));
   GenerationStats stats;
   const std::vector<Request> results =
-      generate(ranks.model(), plan, ranks.cache(), engine, requests, &stats, drafter.get());
+      generate(ranks.model(), plan, ranks.cache(), engine, requests, &stats, ranks.drafter());
   const auto finished = std::chrono::steady_clock::now();
 
   for (size_t r = 0; r < results.size(); ++r) {
@@ -176,7 +175,7 @@ void run_generate(const GenerateOptions& options) {
                stats.prefix_query_tokens, 100.0 * hit_rate, stats.generated_tokens, stats.steps,
                stats.steps == 0 ? 0.0 : 1000.0 * run_s / stats.steps, stats.preemptions,
                stats.peak_blocks_used, plan.num_blocks - kNullBlocks);
-    if (drafter) fmt::print(stderr, "{}", describe_spec_stats(stats));
+    if (ranks.drafter()) fmt::print(stderr, "{}", describe_spec_stats(stats));
   }
 }
 

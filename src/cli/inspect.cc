@@ -144,11 +144,7 @@ InspectReport build_inspect_report(const InspectOptions& options) {
   const int64_t dcp = options.decode_context_parallel_size;
   check_tensor_parallel(report.target, tp);
   check_context_parallel(tp, dcp, options.dcp_kv_cache_interleave_size);
-  if (world_size(tp, dcp) > 1 && report.drafter) {
-    fail(
-        "a drafter does not combine with --tensor-parallel-size or --decode-context-parallel-size "
-        "yet");
-  }
+  if (report.drafter) check_tensor_parallel(*report.drafter, tp);
   cache.context_parallel_size = dcp;
   cache.context_interleave = options.dcp_kv_cache_interleave_size;
   report.tensor_parallel_size = tp;
@@ -156,8 +152,10 @@ InspectReport build_inspect_report(const InspectOptions& options) {
   report.rank_params = rank_params(report.target, tp);
   report.rank_weight_bytes =
       report.rank_params * dtype_size(report.target.dtype.value_or(DType::kBF16));
+  const std::optional<ModelConfig> rank_drafter =
+      report.drafter ? std::optional(rank_model_config(*report.drafter, tp, dcp)) : std::nullopt;
   report.plan = plan_cache(rank_model_config(report.target, tp, dcp),
-                           report.drafter ? &*report.drafter : nullptr, cache);
+                           rank_drafter ? &*rank_drafter : nullptr, cache);
   report.dtype = *cache.dtype;
   report.attention_backend = cache.backend->name();
   return report;

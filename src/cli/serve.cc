@@ -77,7 +77,6 @@ void run_serve(const ServeOptions& options) {
   // Bad flags fail before loading.
   KvCachePlan plan = plan_cache(models.planned, models.drafter(), cache_config);
   RankModels ranks = load_model(models, options.engine);
-  const std::unique_ptr<Drafter> drafter = load_engine_drafter(models, options.engine);
   if (!device.is_cpu() && !budgeted) {
     cache_config.memory_bytes = gpu_kv_cache_budget(device, options.engine.gpu_memory_utilization);
     plan = plan_cache(models.planned, models.drafter(), cache_config);
@@ -85,7 +84,7 @@ void run_serve(const ServeOptions& options) {
   ranks.allocate_caches(plan, device);
   EngineService engine(ranks.model(), plan, ranks.cache(),
                        ranks.with_ranks(engine_config(config, plan, options.engine)),
-                       drafter.get());
+                       ranks.drafter());
 
   RequestLimits limits{
       .served_model_name = options.served_model_name.empty()

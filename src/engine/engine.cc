@@ -55,30 +55,42 @@ double GenerationStats::spec_mean_acceptance_length() const {
 
 Engine::Engine(CausalLm& model, const KvCachePlan& plan, const KvCache& cache,
                const EngineConfig& config, Drafter* drafter)
-    : Engine(model, plan, cache, config,
-             drafter != nullptr ? make_proposer(model, *drafter, plan, cache, config.enforce_eager)
-                                : nullptr,
-             drafter != nullptr ? drafter->config.num_speculative_tokens : 0) {}
+    : Engine(WithoutProposer{}, model, plan, cache, config,
+             drafter != nullptr ? drafter->config.num_speculative_tokens : 0) {
+  if (drafter == nullptr) return;
+  // Every rank drafts with its shard of the drafter.
+  std::vector<RankShard> ranks{
+      {.model = &model, .cache = &cache, .communicator = config.communicator, .drafter = drafter}};
+  ranks.insert(ranks.end(), config.other_ranks.begin(), config.other_ranks.end());
+  proposer_ = make_proposer(ranks, plan, ranks_.get(), config.enforce_eager);
+}
 
 Engine::Engine(CausalLm& model, const KvCachePlan& plan, const KvCache& cache,
                const EngineConfig& config, std::unique_ptr<Proposer> proposer,
                int64_t num_speculative_tokens)
+    : Engine(WithoutProposer{}, model, plan, cache, config, proposer ? num_speculative_tokens : 0) {
+  if (proposer && ranks_) fail("a proposer of one's own does not run with several ranks");
+  proposer_ = std::move(proposer);
+}
+
+Engine::Engine(WithoutProposer, CausalLm& model, const KvCachePlan& plan, const KvCache& cache,
+               const EngineConfig& config, int64_t num_speculative_tokens)
     : plan_(plan),
-      config_(with_speculation(config, proposer ? num_speculative_tokens : 0)),
+      config_(with_speculation(config, num_speculative_tokens)),
       blocks_(plan),
       scheduler_(config_.scheduler, blocks_),
       runner_(model, plan, cache, {.enforce_eager = config.enforce_eager}),
-      sampler_({.eos_token_ids = config.eos_token_ids}),
-      proposer_(std::move(proposer)) {
+      sampler_({.eos_token_ids = config.eos_token_ids}) {
   if (config.scheduler.max_num_batched_tokens > plan.max_tokens_per_step) {
     fail(
         "max_num_batched_tokens {} is larger than the {} tokens per step the KV cache was planned "
         "for",
         config.scheduler.max_num_batched_tokens, plan.max_tokens_per_step);
   }
-  if (proposer_) counters_.spec_accepted_per_position.assign(num_speculative_tokens, 0);
+  if (num_speculative_tokens > 0) {
+    counters_.spec_accepted_per_position.assign(num_speculative_tokens, 0);
+  }
   if (!config_.other_ranks.empty()) {
-    if (proposer_) fail("speculative decoding does not run with tensor parallelism yet");
     PAGODA_CHECK(config_.communicator != nullptr,
                  "tensor-parallel ranks without rank 0's communicator");
     ranks_ = std::make_unique<RankRunners>(config_.other_ranks, *config_.communicator, plan,

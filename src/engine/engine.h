@@ -111,6 +111,10 @@ class Engine {
   int64_t num_waiting() const { return scheduler_.num_waiting(); }
 
  private:
+  // What both public constructors build: everything but the proposer.
+  struct WithoutProposer {};
+  Engine(WithoutProposer, CausalLm& model, const KvCachePlan& plan, const KvCache& cache,
+         const EngineConfig& config, int64_t num_speculative_tokens);
   // The request `id`, for changing it. Error when there is none.
   Request& find(int64_t id);
   // Deltas of the requests aborted since the last step.

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
 #include <map>
 
 #include "core/error.h"
@@ -79,14 +80,40 @@ int64_t model_layers(const KvCachePlan& plan) {
   return count;
 }
 
-// A draft model with KV layers of its own after the target's in the pool.
+// A runner for each rank's drafter forwards over its cache, reading layers from `first_layer` on.
+std::vector<std::unique_ptr<ModelRunner>> rank_runners(std::span<const RankShard> ranks,
+                                                       std::span<CausalLm* const> models,
+                                                       const KvCachePlan& plan,
+                                                       bool enforce_eager) {
+  std::vector<std::unique_ptr<ModelRunner>> out;
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    const int64_t rank = static_cast<int64_t>(r);
+    out.push_back(std::make_unique<ModelRunner>(
+        *models[r], plan, *ranks[r].cache,
+        RunnerOptions{.first_layer = model_layers(plan),
+                      .enforce_eager = enforce_eager,
+                      .context_rank = plan.context_parallel_size > 1 ? rank : 0}));
+  }
+  return out;
+}
+
+// Runs body(r) for every rank: through `runners` when there are several, else here.
+void on_ranks(RankRunners* runners, const std::function<void(int64_t rank)>& body) {
+  if (runners != nullptr) {
+    runners->run_all(body);
+  } else {
+    body(0);
+  }
+}
+
+// A draft model with KV layers of its own after the target's in the pool (each rank's shard).
 class DraftModelProposer final : public Proposer {
  public:
-  DraftModelProposer(CausalLm& model, const KvCachePlan& plan, const KvCache& cache,
-                     bool enforce_eager)
-      : model_(model),
-        runner_(model, plan, cache,
-                {.first_layer = model_layers(plan), .enforce_eager = enforce_eager}) {}
+  DraftModelProposer(std::vector<CausalLm*> models, std::span<const RankShard> ranks,
+                     const KvCachePlan& plan, RankRunners* runners, bool enforce_eager)
+      : models_(std::move(models)),
+        runners_(rank_runners(ranks, models_, plan, enforce_eager)),
+        ranks_(runners) {}
 
   void propose(std::span<const ScheduledChunk> chunks, const KvCacheManager& blocks) override {
     // The first forward catches up on every token the drafter has not seen, the last included,
@@ -108,7 +135,7 @@ class DraftModelProposer final : public Proposer {
     std::vector<ScheduledChunk> runs = catch_up;
     for (ScheduledChunk& run : runs)
       run.num_drafts = 0;
-    const RunnerOutput first = runner_.execute(runs, one_row, blocks);
+    const RunnerOutput first = execute(runs, one_row, blocks);
     add_drafts(first.logits, first.first_row, requests_of(catch_up), 0);
     for (ScheduledChunk& run : catch_up)
       run.request->draft_computed = run.request->num_tokens();
@@ -122,8 +149,7 @@ class DraftModelProposer final : public Proposer {
         feeds.push_back({run.request, run.request->num_tokens() + d - 1, 1, 0});
         drafting.push_back(run.request);
       }
-      const RunnerOutput next =
-          runner_.execute(feeds, std::vector<int64_t>(feeds.size(), 1), blocks);
+      const RunnerOutput next = execute(feeds, std::vector<int64_t>(feeds.size(), 1), blocks);
       add_drafts(next.logits, next.first_row, drafting, d);
     }
   }
@@ -153,25 +179,45 @@ class DraftModelProposer final : public Proposer {
       prompts.push_back({&request, request.draft_computed, end - request.draft_computed, 0});
     }
     if (prompts.empty()) return;
-    model_.forward(runner_.prepare(prompts, blocks));
+    on_ranks(ranks_, [&](int64_t rank) {
+      models_[rank]->forward(runners_[rank]->prepare(prompts, blocks));
+    });
     for (const ScheduledChunk& chunk : prompts)
       chunk.request->draft_computed = chunk.first + chunk.num_tokens;
   }
 
  private:
-  CausalLm& model_;
-  ModelRunner runner_;
+  // One forward on every rank; rank 0's output.
+  RunnerOutput execute(std::span<const ScheduledChunk> runs, std::span<const int64_t> logits_rows,
+                       const KvCacheManager& blocks) {
+    RunnerOutput output;
+    on_ranks(ranks_, [&](int64_t rank) {
+      RunnerOutput out = runners_[rank]->execute(runs, logits_rows, blocks);
+      if (rank == 0) output = std::move(out);
+    });
+    return output;
+  }
+
+  std::vector<CausalLm*> models_;                      // per rank
+  std::vector<std::unique_ptr<ModelRunner>> runners_;  // per rank
+  RankRunners* ranks_;                                 // with several ranks
 };
 
-// The Gemma 4 assistant, reading the target's caches.
+// The Gemma 4 assistant, reading the target's caches (each rank's shard reading its own).
 class AssistantProposer final : public Proposer {
  public:
-  AssistantProposer(Gemma4Model& target, const Gemma4Assistant& assistant, const KvCachePlan& plan,
-                    const KvCache& cache, bool enforce_eager)
-      : target_(target),
-        assistant_(assistant),
-        runner_(target, plan, cache,
-                {.first_layer = model_layers(plan), .enforce_eager = enforce_eager}) {}
+  AssistantProposer(std::vector<Gemma4Model*> targets,
+                    std::vector<const Gemma4Assistant*> assistants,
+                    std::span<const RankShard> ranks, const KvCachePlan& plan, RankRunners* runners,
+                    bool enforce_eager)
+      : targets_(std::move(targets)),
+        assistants_(std::move(assistants)),
+        runners_(rank_runners(ranks, std::vector<CausalLm*>(targets_.begin(), targets_.end()), plan,
+                              enforce_eager)),
+        ranks_(runners),
+        target_(*targets_[0]),
+        assistant_(*assistants_[0]),
+        runner_(*runners_[0]) {}
   ~AssistantProposer() override;
 
   void propose(std::span<const ScheduledChunk> chunks, const KvCacheManager& blocks) override {
@@ -200,29 +246,38 @@ class AssistantProposer final : public Proposer {
       return;
     }
     const int64_t rows = static_cast<int64_t>(requests.size());
-    const ForwardBatch& batch = runner_.prepare_queries(queries, blocks);
     const Tensor& first_hidden = requests[0]->draft_hidden;
-    Tensor state =
+    const Tensor first_state =
         Tensor::empty({rows, first_hidden.size(1)}, first_hidden.dtype(), first_hidden.device());
     std::vector<int32_t> tokens;
     std::vector<int64_t> logits_rows;
     for (int64_t r = 0; r < rows; ++r) {
-      state.select(0, r).copy_from(requests[r]->draft_hidden.select(0, 0));
+      first_state.select(0, r).copy_from(requests[r]->draft_hidden.select(0, 0));
       tokens.push_back(requests[r]->token_ids.back());
       logits_rows.push_back(r);
     }
+    // Per rank: its step's inputs and the hidden state each step feeds the next.
+    const int64_t num_ranks = static_cast<int64_t>(runners_.size());
+    std::vector<const ForwardBatch*> batches(num_ranks);
+    std::vector<Tensor> states(num_ranks, first_state);
     std::vector<Request*> drafting = requests;
     for (int64_t d = 0; d < most; ++d) {
       // A request that wants fewer drafts rides along; what it would draft later is dropped.
       for (int64_t r = 0; r < rows; ++r)
         drafting[r] = d < wanted[r] ? requests[r] : nullptr;
-      const DraftStep out =
-          assistant_.step(target_.embed(tokens, ids_on(tokens, state.device())), state, batch);
-      add_drafts(out.logits, logits_rows, drafting, d);
+      Tensor logits;
+      on_ranks(ranks_, [&](int64_t rank) {
+        if (d == 0) batches[rank] = &runners_[rank]->prepare_queries(queries, blocks);
+        const Tensor& state = states[rank];
+        DraftStep out = assistants_[rank]->step(
+            targets_[rank]->embed(tokens, ids_on(tokens, state.device())), state, *batches[rank]);
+        states[rank] = out.hidden;
+        if (rank == 0) logits = out.logits;
+      });
+      add_drafts(logits, logits_rows, drafting, d);
       for (int64_t r = 0; r < rows; ++r) {
         if (drafting[r] != nullptr) tokens[r] = requests[r]->draft_token_ids.back();
       }
-      state = out.hidden;
     }
   }
 
@@ -245,10 +300,10 @@ class AssistantProposer final : public Proposer {
  private:
   struct DraftGraph;
 
-  // Whether the requests' drafting can replay a graph: on a GPU with graphs on, models that never
+  // Whether the requests' drafting can replay a graph: on one GPU with graphs on, models that never
   // wait for the device, and only greedy requests, whose drafts are argmaxes taken on the device.
   bool can_capture(std::span<Request* const> requests) const {
-    return runner_.graphs_enabled() && !target_.synchronizes_with_host() &&
+    return ranks_ == nullptr && runner_.graphs_enabled() && !target_.synchronizes_with_host() &&
            !assistant_.synchronizes_with_host() &&
            static_cast<int64_t>(requests.size()) <= kMaxGraphBatch &&
            std::all_of(requests.begin(), requests.end(),
@@ -261,9 +316,14 @@ class AssistantProposer final : public Proposer {
                         std::span<const int64_t> wanted, int64_t most,
                         const KvCacheManager& blocks);
 
+  std::vector<Gemma4Model*> targets_;                  // per rank
+  std::vector<const Gemma4Assistant*> assistants_;     // per rank
+  std::vector<std::unique_ptr<ModelRunner>> runners_;  // per rank
+  RankRunners* ranks_;                                 // with several ranks
+  // Rank 0's, which alone runs the graphs.
   Gemma4Model& target_;
   const Gemma4Assistant& assistant_;
-  ModelRunner runner_;
+  ModelRunner& runner_;
   // By padded batch size and drafts per request.
   std::map<std::pair<int64_t, int64_t>, std::unique_ptr<DraftGraph>> graphs_;
 };
@@ -342,31 +402,50 @@ void AssistantProposer::propose_in_graph(std::span<const QueryToken> queries,
 }  // namespace
 
 Drafter load_drafter(const SpeculativeConfig& config, Device device,
-                     std::optional<DType> dummy_dtype, uint64_t seed) {
+                     std::optional<DType> dummy_dtype, uint64_t seed, const TensorParallel& tp) {
   Drafter drafter{.config = config};
   WeightSource weights = dummy_dtype ? WeightSource::dummy(*dummy_dtype, seed)
                                      : WeightSource::from_checkpoint(config.model_dir);
   weights.set_device(device);
   if (config.method == SpeculativeMethod::kMtp) {
-    drafter.assistant = std::make_unique<Gemma4Assistant>(config.drafter, weights);
+    drafter.assistant = std::make_unique<Gemma4Assistant>(config.drafter, weights, tp);
   } else {
-    drafter.model = build_causal_lm(config.drafter, weights);
+    drafter.model = build_causal_lm(config.drafter, weights, tp);
   }
   return drafter;
 }
 
-std::unique_ptr<Proposer> make_proposer(CausalLm& target, Drafter& drafter, const KvCachePlan& plan,
-                                        const KvCache& cache, bool enforce_eager) {
-  if (drafter.model) {
-    return std::make_unique<DraftModelProposer>(*drafter.model, plan, cache, enforce_eager);
+std::unique_ptr<Proposer> make_proposer(std::span<const RankShard> ranks, const KvCachePlan& plan,
+                                        RankRunners* runners, bool enforce_eager) {
+  PAGODA_CHECK(!ranks.empty() && ranks[0].drafter != nullptr, "a proposer without a drafter");
+  PAGODA_CHECK((runners == nullptr) == (ranks.size() == 1),
+               "a proposer for {} ranks with{} rank runners", ranks.size(), runners ? "" : "out");
+  const bool model = ranks[0].drafter->model != nullptr;
+  std::vector<CausalLm*> models;
+  std::vector<Gemma4Model*> targets;
+  std::vector<const Gemma4Assistant*> assistants;
+  for (const RankShard& rank : ranks) {
+    PAGODA_CHECK(rank.drafter != nullptr && (rank.drafter->model != nullptr) == model,
+                 "ranks with different drafters");
+    if (model) {
+      models.push_back(rank.drafter->model.get());
+      continue;
+    }
+    PAGODA_CHECK(rank.drafter->assistant != nullptr,
+                 "a drafter with neither a model nor an assistant");
+    auto* gemma4 = dynamic_cast<Gemma4Model*>(rank.model);
+    if (gemma4 == nullptr) {
+      fail("--speculative-config: the Gemma 4 assistant drafts for a Gemma 4 target only");
+    }
+    targets.push_back(gemma4);
+    assistants.push_back(rank.drafter->assistant.get());
   }
-  auto* gemma4 = dynamic_cast<Gemma4Model*>(&target);
-  if (gemma4 == nullptr) {
-    fail("--speculative-config: the Gemma 4 assistant drafts for a Gemma 4 target only");
+  if (model) {
+    return std::make_unique<DraftModelProposer>(std::move(models), ranks, plan, runners,
+                                                enforce_eager);
   }
-  PAGODA_CHECK(drafter.assistant != nullptr, "a drafter with neither a model nor an assistant");
-  return std::make_unique<AssistantProposer>(*gemma4, *drafter.assistant, plan, cache,
-                                             enforce_eager);
+  return std::make_unique<AssistantProposer>(std::move(targets), std::move(assistants), ranks, plan,
+                                             runners, enforce_eager);
 }
 
 }  // namespace pagoda

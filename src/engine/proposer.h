@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "engine/model_runner.h"
+#include "engine/rank_runners.h"
 #include "engine/speculative_config.h"
 #include "model/arch/gemma4_assistant.h"
 
@@ -32,9 +33,11 @@ struct Drafter {
 };
 
 // Loads the drafter `config` names from its checkpoint (or dummy weights of `dummy_dtype` when
-// given), on `device`. Error for a bad checkpoint, or a drafter this build cannot run there.
+// given), on `device`, as the rank `tp` places it holds it (its shard under TP). Error for a bad
+// checkpoint, or a drafter this build cannot run there.
 Drafter load_drafter(const SpeculativeConfig& config, Device device,
-                     std::optional<DType> dummy_dtype = std::nullopt, uint64_t seed = 0);
+                     std::optional<DType> dummy_dtype = std::nullopt, uint64_t seed = 0,
+                     const TensorParallel& tp = {});
 
 class Proposer {
  public:
@@ -49,12 +52,14 @@ class Proposer {
                           const KvCacheManager& blocks) = 0;
 };
 
-// The proposer of `drafter` for `target`, over the pool `plan` and `cache` planned with the
-// drafter's layers after the target's. Error when the pair cannot run together (an "mtp" drafter
-// with a target that is not Gemma 4). On a GPU, unless `enforce_eager`, the assistant's K drafting
-// steps for a batch of greedy requests replay one CUDA graph, and a draft model's one-token steps
-// replay its decode graphs.
-std::unique_ptr<Proposer> make_proposer(CausalLm& target, Drafter& drafter, const KvCachePlan& plan,
-                                        const KvCache& cache, bool enforce_eager = false);
+// The proposer of each rank's drafter for its target, over the pool `plan` (the drafter's layers
+// planned after the target's) and the rank's cache. With several ranks (TP or DCP), `runners` runs
+// them: every drafting forward runs on all ranks at once, and rank 0 alone takes the drafts and
+// updates the requests between forwards. Error when the pair cannot run together (an "mtp"
+// drafter with a target that is not Gemma 4). On one GPU, unless `enforce_eager`, the assistant's
+// K drafting steps for a batch of greedy requests replay one CUDA graph, and a draft model's
+// one-token steps replay its decode graphs.
+std::unique_ptr<Proposer> make_proposer(std::span<const RankShard> ranks, const KvCachePlan& plan,
+                                        RankRunners* runners, bool enforce_eager = false);
 
 }  // namespace pagoda

@@ -3,9 +3,12 @@
 namespace pagoda {
 
 struct RankRunners::Rank {
-  Rank(const RankShard& shard, const KvCachePlan& plan, const RunnerOptions& options)
-      : communicator(shard.communicator), runner(*shard.model, plan, *shard.cache, options) {}
+  Rank(const RankShard& shard, const KvCachePlan& plan, const RunnerOptions& options, int64_t index)
+      : index(index),
+        communicator(shard.communicator),
+        runner(*shard.model, plan, *shard.cache, options) {}
 
+  int64_t index;
   Communicator* communicator;
   ModelRunner runner;
   std::exception_ptr error;
@@ -21,7 +24,8 @@ RankRunners::RankRunners(std::span<const RankShard> ranks, Communicator& own,
                  "a tensor-parallel rank without its model, cache or communicator");
     RunnerOptions rank_options = options;
     if (plan.context_parallel_size > 1) rank_options.context_rank = static_cast<int64_t>(i) + 1;
-    ranks_.push_back(std::make_unique<Rank>(shard, plan, rank_options));
+    ranks_.push_back(
+        std::make_unique<Rank>(shard, plan, rank_options, static_cast<int64_t>(i) + 1));
   }
   for (const std::unique_ptr<Rank>& rank : ranks_)
     rank->thread = std::thread([this, r = rank.get()] { work(*r); });
@@ -46,7 +50,7 @@ void RankRunners::work(Rank& rank) {
     seen = generation_;
     lock.unlock();
     try {
-      rank.runner.execute(chunks_, logits_rows_, *blocks_);
+      (*body_)(rank.index);
     } catch (...) {
       rank.error = std::current_exception();
       rank.communicator->abort();
@@ -59,26 +63,31 @@ void RankRunners::work(Rank& rank) {
 RunnerOutput RankRunners::execute(ModelRunner& own, std::span<const ScheduledChunk> chunks,
                                   std::span<const int64_t> logits_rows,
                                   const KvCacheManager& blocks) {
-  start(chunks, logits_rows, blocks);
   RunnerOutput output;
+  run_all([&](int64_t rank) {
+    ModelRunner& runner = rank == 0 ? own : ranks_[rank - 1]->runner;
+    RunnerOutput out = runner.execute(chunks, logits_rows, blocks);
+    if (rank == 0) output = std::move(out);
+  });
+  return output;
+}
+
+void RankRunners::run_all(const std::function<void(int64_t rank)>& body) {
+  start(body);
   try {
-    output = own.execute(chunks, logits_rows, blocks);
+    body(0);
   } catch (...) {
     own_.abort();
     finish(std::current_exception());  // rethrows
   }
   finish(nullptr);
-  return output;
 }
 
-void RankRunners::start(std::span<const ScheduledChunk> chunks,
-                        std::span<const int64_t> logits_rows, const KvCacheManager& blocks) {
+void RankRunners::start(const std::function<void(int64_t rank)>& body) {
   {
     std::lock_guard lock(mutex_);
     PAGODA_CHECK(pending_ == 0, "a tensor-parallel step started before the last one finished");
-    chunks_ = chunks;
-    logits_rows_ = logits_rows;
-    blocks_ = &blocks;
+    body_ = &body;
     pending_ = static_cast<int>(ranks_.size());
     for (const std::unique_ptr<Rank>& rank : ranks_)
       rank->error = nullptr;

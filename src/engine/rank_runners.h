@@ -1,11 +1,14 @@
 // Tensor parallelism in one process: the ranks after the first, each with its model shard, its KV
 // cache and its own ModelRunner, run on a thread of their own. Each step they get the engine's
 // inputs (the same scheduled chunks and block tables) while the engine runs rank 0 itself; their
-// collectives meet rank 0's inside the forward, and only rank 0's logits are sampled.
+// collectives meet rank 0's inside the forward, and only rank 0's logits are sampled. A drafter's
+// forwards run on every rank the same way (run_all), between which rank 0 alone updates the
+// requests.
 #pragma once
 
 #include <condition_variable>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <span>
@@ -17,12 +20,15 @@
 
 namespace pagoda {
 
+struct Drafter;
+
 // One rank's part of a tensor-parallel model: its shard, its KV cache (allocated from the same
-// plan as every rank's), and its communicator.
+// plan as every rank's), its communicator, and with speculative decoding its drafter's shard.
 struct RankShard {
   CausalLm* model = nullptr;
   const KvCache* cache = nullptr;
   Communicator* communicator = nullptr;
+  Drafter* drafter = nullptr;
 };
 
 class RankRunners {
@@ -42,14 +48,18 @@ class RankRunners {
   // the others', that is not another rank's abort seen from there).
   RunnerOutput execute(ModelRunner& own, std::span<const ScheduledChunk> chunks,
                        std::span<const int64_t> logits_rows, const KvCacheManager& blocks);
+  // Runs body(r) for every rank r at once: rank 0 on the caller's thread, the others on theirs.
+  // Failures are handled as execute() handles them.
+  void run_all(const std::function<void(int64_t rank)>& body);
+  // Ranks in all, the caller's included.
+  int64_t size() const { return static_cast<int64_t>(ranks_.size()) + 1; }
 
  private:
   struct Rank;
   void work(Rank& rank);
-  // Starts the step on the other ranks; finish() waits for them and rethrows the cause among
+  // Starts `body` on the other ranks; finish() waits for them and rethrows the cause among
   // `first` (rank 0's failure) and theirs.
-  void start(std::span<const ScheduledChunk> chunks, std::span<const int64_t> logits_rows,
-             const KvCacheManager& blocks);
+  void start(const std::function<void(int64_t rank)>& body);
   void finish(std::exception_ptr first);
 
   Communicator& own_;
@@ -60,10 +70,7 @@ class RankRunners {
   uint64_t generation_ = 0;
   int pending_ = 0;
   bool stopping_ = false;
-  // The step being run.
-  std::span<const ScheduledChunk> chunks_;
-  std::span<const int64_t> logits_rows_;
-  const KvCacheManager* blocks_ = nullptr;
+  const std::function<void(int64_t rank)>* body_ = nullptr;  // what the ranks are running
 };
 
 }  // namespace pagoda

@@ -14,18 +14,18 @@ namespace pagoda {
 namespace {
 
 constexpr Architecture kArchitectures[] = {
-    {"LlamaForCausalLM", "llama", false, read_llama_layers, build_llama, true,
+    {"LlamaForCausalLM", "llama", false, read_llama_layers, build_llama,
      estimate_dense_decoder_weights},
-    {"Qwen3ForCausalLM", "qwen3", false, read_qwen3_layers, build_qwen3, true,
+    {"Qwen3ForCausalLM", "qwen3", false, read_qwen3_layers, build_qwen3,
      estimate_dense_decoder_weights},
-    {"Gemma4ForCausalLM", "gemma4_text", false, read_gemma4_layers, build_gemma4, true,
+    {"Gemma4ForCausalLM", "gemma4_text", false, read_gemma4_layers, build_gemma4,
      estimate_dense_decoder_weights},
-    {"Gemma4ForConditionalGeneration", "gemma4", true, read_gemma4_layers, build_gemma4, true,
+    {"Gemma4ForConditionalGeneration", "gemma4", true, read_gemma4_layers, build_gemma4,
      estimate_dense_decoder_weights},
     {"Gemma4AssistantForCausalLM", "gemma4_assistant", true, read_gemma4_assistant_layers, nullptr,
-     false, estimate_dense_decoder_weights},
+     estimate_dense_decoder_weights},
     {"MiMoV2FlashForCausalLM", "mimo_v2_flash", false, read_mimo_v2_flash_layers,
-     build_mimo_v2_flash, true, estimate_dense_decoder_weights},
+     build_mimo_v2_flash, estimate_dense_decoder_weights},
 };
 
 }  // namespace

@@ -32,8 +32,6 @@ struct Architecture {
   // a model that only runs as a drafter.
   std::unique_ptr<CausalLm> (*build)(const ModelConfig& config, WeightSource& weights,
                                      const TensorParallel& tp);
-  // Whether build() shards the model over more than one rank.
-  bool tensor_parallel;
   WeightEstimate (*estimate_weights)(const ModelConfig& config);
 };
 

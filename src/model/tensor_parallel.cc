@@ -1,7 +1,6 @@
 #include "model/tensor_parallel.h"
 
 #include "core/error.h"
-#include "model/architectures.h"
 #include "model/config_reader.h"
 
 namespace pagoda {
@@ -30,13 +29,6 @@ HeadShard shard_heads(const LayerAttentionConfig& layer, const TensorParallel& t
 void check_tensor_parallel(const ModelConfig& config, int64_t size) {
   if (size < 1 || size > 256) fail("--tensor-parallel-size {}: it must be 1 to 256", size);
   if (size == 1) return;
-  const Architecture& arch = find_architecture(config.architecture);
-  if (!arch.tensor_parallel) {
-    fail(
-        "{}: {} does not run tensor-parallel yet (--tensor-parallel-size {}); these do: Llama, "
-        "Qwen3, Gemma 4, MiMo-V2-Flash",
-        config.source, config.architecture, size);
-  }
   const ConfigReader text(config.text_config, config.source);
   // Experts split whole: Gemma 4 counts them in num_experts (with enable_moe_block), MiMo in
   // n_routed_experts.

@@ -327,8 +327,8 @@ TEST(GenerateCliTest, CheckWeightsRefusesNaN) {
   std::system(("rm -rf " + dir).c_str());
 }
 
-// --speculative-config: the embedded model drafts with its own assistant and prints the same text;
-// --stats counts the drafts.
+// --speculative-config: the embedded model drafts with its own assistant and prints the same text,
+// on one rank and on several; --stats counts the drafts.
 TEST(GenerateCliTest, SpeculativeDecodingPrintsTheSameText) {
   const std::string args = "\"In the beginning\" --max-tokens 40 --stats";
   const CliRun plain = run_pagoda("generate " + args);
@@ -340,6 +340,19 @@ TEST(GenerateCliTest, SpeculativeDecodingPrintsTheSameText) {
   EXPECT_EQ(plain.err.find("spec rounds"), std::string::npos);
   EXPECT_NE(spec.err.find("spec rounds"), std::string::npos) << spec.err;
   EXPECT_NE(spec.err.find("accepted/position"), std::string::npos) << spec.err;
+  // On TP 2 x DCP 2 CPU ranks each rank drafts with its shard of the assistant: the same text,
+  // drafts and acceptances.
+  const CliRun ranks = run_pagoda("generate " + args +
+                                  " --speculative-config '{\"num_speculative_tokens\": 3}' "
+                                  "--tensor-parallel-size 2 --decode-context-parallel-size 2");
+  ASSERT_EQ(ranks.exit_code, 0) << ranks.err;
+  EXPECT_EQ(ranks.out, plain.out);
+  const auto drafts_line = [](const std::string& err) {
+    const size_t at = err.find("draft tokens");
+    return at == std::string::npos ? std::string() : err.substr(at, err.find('\n', at) - at);
+  };
+  EXPECT_NE(drafts_line(spec.err), "");
+  EXPECT_EQ(drafts_line(ranks.err), drafts_line(spec.err));
   // A draft model from another directory, in a JSON run.
   const std::string model = std::string(PAGODA_SOURCE_DIR) + "/tests/fixtures/";
   const CliRun draft = run_generate(

@@ -9,6 +9,8 @@
 #include <set>
 
 #include "core/error.h"
+#include "engine/proposer.h"
+#include "engine/speculative_config.h"
 #include "model/fixtures.h"
 #include "model/tensor_parallel.h"
 #include "parallel/cpu_communicator.h"
@@ -22,7 +24,8 @@ struct Ranks {
   ModelConfig config;
   std::vector<std::unique_ptr<Communicator>> communicators;
   std::vector<std::unique_ptr<CausalLm>> models;
-  KvCachePlan plan;  // every rank's
+  std::vector<std::unique_ptr<Drafter>> drafters;  // with a drafter, each rank's shard
+  KvCachePlan plan;                                // every rank's
   std::vector<KvCache> caches;
   nlohmann::json reference;
 };
@@ -34,26 +37,41 @@ struct Split {
   int interleave = 1;
 };
 
+// A fixture's ranks, and with `drafter` (a fixture's name) each rank's shard of it drafting 3
+// tokens.
 std::unique_ptr<Ranks> load_ranks(const std::string& name, const Split& split,
-                                  int64_t num_blocks = 300, int64_t max_model_len = 256) {
+                                  int64_t num_blocks = 300, int64_t max_model_len = 256,
+                                  const std::string& drafter = "") {
   auto out = std::make_unique<Ranks>();
   out->config = load_model_config(checkpoint_dir(name));
   const int ranks = static_cast<int>(world_size(split.tp, split.dcp));
   if (ranks > 1) out->communicators = make_cpu_group(ranks);
+  const auto place = [&](int r) {
+    return rank_place(split.tp, split.dcp, r, ranks > 1 ? out->communicators[r].get() : nullptr);
+  };
+  std::optional<ModelConfig> drafter_config;
+  if (!drafter.empty()) {
+    const SpeculativeConfig spec = parse_speculative_config(
+        fmt::format(R"({{"model": "{}", "num_speculative_tokens": 3}})", checkpoint_dir(drafter)),
+        checkpoint_dir(name), out->config);
+    for (int r = 0; r < ranks; ++r)
+      out->drafters.push_back(
+          std::make_unique<Drafter>(load_drafter(spec, Device::cpu(), std::nullopt, 0, place(r))));
+    drafter_config = rank_model_config(spec.drafter, split.tp, split.dcp);
+  }
   // Every tensor is read by some rank (MoE experts by one rank each).
   std::set<std::string> unread_by_all;
   for (int r = 0; r < ranks; ++r) {
     WeightSource weights = WeightSource::from_checkpoint(checkpoint_dir(name));
-    out->models.push_back(build_causal_lm(
-        out->config, weights,
-        rank_place(split.tp, split.dcp, r, ranks > 1 ? out->communicators[r].get() : nullptr)));
+    out->models.push_back(build_causal_lm(out->config, weights, place(r)));
     std::set<std::string> unread;
     for (const std::string& tensor : weights.unused())
       if (r == 0 || unread_by_all.contains(tensor)) unread.insert(tensor);
     unread_by_all = std::move(unread);
   }
   EXPECT_TRUE(unread_by_all.empty()) << *unread_by_all.begin();
-  out->plan = plan_on_cpu(rank_model_config(out->config, split.tp, split.dcp), nullptr,
+  out->plan = plan_on_cpu(rank_model_config(out->config, split.tp, split.dcp),
+                          drafter_config ? &*drafter_config : nullptr,
                           {.dtype = DType::kF32,
                            .block_size = 4,
                            .max_model_len = max_model_len,
@@ -83,17 +101,59 @@ std::vector<Request> run(Ranks& ranks, const std::vector<GenerationRequest>& req
                       .scheduler = scheduler};
   if (!ranks.communicators.empty()) config.communicator = ranks.communicators[0].get();
   for (size_t r = 1; r < ranks.models.size(); ++r) {
-    config.other_ranks.push_back({.model = ranks.models[r].get(),
-                                  .cache = &ranks.caches[r],
-                                  .communicator = ranks.communicators[r].get()});
+    config.other_ranks.push_back(
+        {.model = ranks.models[r].get(),
+         .cache = &ranks.caches[r],
+         .communicator = ranks.communicators[r].get(),
+         .drafter = ranks.drafters.empty() ? nullptr : ranks.drafters[r].get()});
   }
-  return generate(*ranks.models[0], ranks.plan, ranks.caches[0], config, requests, stats);
+  return generate(*ranks.models[0], ranks.plan, ranks.caches[0], config, requests, stats,
+                  ranks.drafters.empty() ? nullptr : ranks.drafters[0].get());
+}
+
+// The largest difference between two runs' prompt and output log-probabilities; their tokens
+// must be the same.
+double compare_runs(const std::vector<Request>& got, const std::vector<Request>& expected) {
+  EXPECT_EQ(got.size(), expected.size());
+  double worst = 0;
+  for (size_t i = 0; i < std::min(got.size(), expected.size()); ++i) {
+    EXPECT_EQ(got[i].token_ids, expected[i].token_ids) << "prompt " << i;
+    EXPECT_EQ(got[i].prompt_logprobs.size(), expected[i].prompt_logprobs.size());
+    for (size_t p = 1;
+         p < std::min(got[i].prompt_logprobs.size(), expected[i].prompt_logprobs.size()); ++p) {
+      worst = std::max(worst, std::abs(static_cast<double>(got[i].prompt_logprobs[p]->logprob) -
+                                       expected[i].prompt_logprobs[p]->logprob));
+    }
+    EXPECT_EQ(got[i].output_logprobs.size(), expected[i].output_logprobs.size());
+    for (size_t t = 0;
+         t < std::min(got[i].output_logprobs.size(), expected[i].output_logprobs.size()); ++t) {
+      worst = std::max(worst, std::abs(static_cast<double>(got[i].output_logprobs[t].logprob) -
+                                       expected[i].output_logprobs[t].logprob));
+    }
+  }
+  return worst;
+}
+
+// A parameterized case's name: the fixtures, then the sizes above 1.
+std::string test_name(std::initializer_list<const char*> fixtures, const Split& split) {
+  std::string name;
+  for (const char* fixture : fixtures)
+    name += (name.empty() ? "" : "_") + std::string(fixture);
+  std::replace(name.begin(), name.end(), '-', '_');
+  if (split.tp > 1) name += "_tp" + std::to_string(split.tp);
+  if (split.dcp > 1) name += "_dcp" + std::to_string(split.dcp);
+  if (split.interleave > 1) name += "_interleave" + std::to_string(split.interleave);
+  return name;
 }
 
 struct Case {
   const char* fixture;
   Split split;
 };
+
+void PrintTo(const Case& c, std::ostream* out) {
+  *out << test_name({c.fixture}, c.split);
+}
 
 class ParallelTest : public ::testing::TestWithParam<Case> {};
 
@@ -124,22 +184,7 @@ TEST_P(ParallelTest, MatchesOneRank) {
   // Small chunks and a small pool too, so steps mix prefill and decode.
   for (const SchedulerConfig& scheduler :
        {SchedulerConfig{}, SchedulerConfig{.max_num_seqs = 2, .max_num_batched_tokens = 7}}) {
-    const std::vector<Request> got = run(*many, requests, scheduler);
-    ASSERT_EQ(got.size(), expected.size());
-    double worst = 0;
-    for (size_t i = 0; i < got.size(); ++i) {
-      EXPECT_EQ(got[i].token_ids, expected[i].token_ids) << "prompt " << i;
-      ASSERT_EQ(got[i].prompt_logprobs.size(), expected[i].prompt_logprobs.size());
-      for (size_t p = 1; p < got[i].prompt_logprobs.size(); ++p) {
-        worst = std::max(worst, std::abs(static_cast<double>(got[i].prompt_logprobs[p]->logprob) -
-                                         expected[i].prompt_logprobs[p]->logprob));
-      }
-      for (size_t t = 0; t < got[i].output_logprobs.size(); ++t) {
-        worst = std::max(worst, std::abs(static_cast<double>(got[i].output_logprobs[t].logprob) -
-                                         expected[i].output_logprobs[t].logprob));
-      }
-    }
-    EXPECT_LT(worst, 1e-4) << c.fixture;
+    EXPECT_LT(compare_runs(run(*many, requests, scheduler), expected), 1e-4) << c.fixture;
   }
 }
 
@@ -157,14 +202,55 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"gemma4-tiny", {.tp = 4, .dcp = 4}}, Case{"gemma4-noshare-tiny", {.tp = 2}},
         Case{"mimo-tiny", {.tp = 2}}, Case{"mimo-tiny", {.tp = 4}},
         Case{"mimo-tiny", {.tp = 2, .dcp = 2}}),
+    [](const auto& info) { return test_name({info.param.fixture}, info.param.split); });
+
+struct SpecCase {
+  const char* target;
+  const char* drafter;
+  Split split;
+};
+
+void PrintTo(const SpecCase& c, std::ostream* out) {
+  *out << test_name({c.target, c.drafter}, c.split);
+}
+
+class SpeculativeParallelTest : public ::testing::TestWithParam<SpecCase> {};
+
+// Each rank drafts with its shard of the drafter: a draft model's own KV layers (llama-tiny
+// drafting for itself; qwen3-tiny's pages padded to mimo-tiny's) split and dealt as the target's
+// are, and the Gemma 4 assistant reads its rank's share of the target's caches. Every drafting
+// forward runs on all ranks at once. The run gives the one-rank speculative run's tokens, drafts
+// and acceptances, and log-probabilities within 1e-4.
+TEST_P(SpeculativeParallelTest, DraftsAndKeepsWhatOneRankDoes) {
+  const SpecCase& c = GetParam();
+  auto one = load_ranks(c.target, {}, 300, 256, c.drafter);
+  auto many = load_ranks(c.target, c.split, 300, 256, c.drafter);
+  const std::vector<GenerationRequest> requests = reference_requests(*one);
+  GenerationStats one_stats;
+  GenerationStats many_stats;
+  const std::vector<Request> expected = run(*one, requests, {}, &one_stats);
+  EXPECT_LT(compare_runs(run(*many, requests, {}, &many_stats), expected), 1e-4);
+  EXPECT_GT(one_stats.spec_rounds, 0);
+  EXPECT_EQ(many_stats.spec_rounds, one_stats.spec_rounds);
+  EXPECT_EQ(many_stats.spec_draft_tokens, one_stats.spec_draft_tokens);
+  EXPECT_EQ(many_stats.spec_accepted_tokens, one_stats.spec_accepted_tokens);
+  EXPECT_EQ(many_stats.spec_accepted_per_position, one_stats.spec_accepted_per_position);
+  if (std::string(c.target) == c.drafter) {
+    EXPECT_EQ(many_stats.spec_accepted_tokens, many_stats.spec_draft_tokens);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Pairs, SpeculativeParallelTest,
+    ::testing::Values(SpecCase{"llama-tiny", "llama-tiny", {.tp = 2}},
+                      SpecCase{"llama-tiny", "llama-tiny", {.dcp = 2}},
+                      SpecCase{"llama-tiny", "llama-tiny", {.tp = 2, .dcp = 2}},
+                      SpecCase{"mimo-tiny", "qwen3-tiny", {.tp = 2}},
+                      SpecCase{"gemma4-tiny", "gemma4-assistant-tiny", {.tp = 2}},
+                      SpecCase{"gemma4-tiny", "gemma4-assistant-tiny", {.tp = 2, .dcp = 2}},
+                      SpecCase{"kjv-gemma4", "kjv-gemma4-assistant", {.dcp = 2, .interleave = 2}}),
     [](const auto& info) {
-      std::string name = info.param.fixture;
-      std::replace(name.begin(), name.end(), '-', '_');
-      const Split& split = info.param.split;
-      if (split.tp > 1) name += "_tp" + std::to_string(split.tp);
-      if (split.dcp > 1) name += "_dcp" + std::to_string(split.dcp);
-      if (split.interleave > 1) name += "_interleave" + std::to_string(split.interleave);
-      return name;
+      return test_name({info.param.target, info.param.drafter}, info.param.split);
     });
 
 // Under DCP a block id covers block_size tokens on each rank, so a pool of as many blocks holds
@@ -205,9 +291,6 @@ TEST(TensorParallelConfigTest, RefusesWhatDoesNotSplit) {
             std::string::npos)
       << message("llama-tiny", 3);
   EXPECT_NE(message("llama-tiny", 8).find("do not split over 8 ranks"), std::string::npos);
-  EXPECT_NE(message("gemma4-assistant-tiny", 2).find("does not run tensor-parallel yet"),
-            std::string::npos)
-      << message("gemma4-assistant-tiny", 2);
   EXPECT_EQ(message("gemma4-noshare-tiny", 2), "");
   EXPECT_EQ(message("mimo-tiny", 4), "");
   // Experts split whole: a count the ranks do not divide is refused.

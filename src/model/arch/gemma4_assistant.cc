@@ -9,7 +9,8 @@
 
 namespace pagoda {
 
-Gemma4Assistant::Gemma4Assistant(const ModelConfig& config, WeightSource& weights) {
+Gemma4Assistant::Gemma4Assistant(const ModelConfig& config, WeightSource& weights,
+                                 const TensorParallel& tp) {
   const ConfigReader outer(config.file_config, config.source);
   // A query at the draft position sees window + 1 of the target's sliding entries; the kernel
   // places the query on the newest cached token, so the window grows by one.
@@ -17,7 +18,7 @@ Gemma4Assistant::Gemma4Assistant(const ModelConfig& config, WeightSource& weight
   for (LayerAttentionConfig& layer : inner.layers) {
     if (layer.kind == AttentionKind::kSliding) layer.sliding_window += 1;
   }
-  text_ = std::make_unique<Gemma4Model>(inner, weights);
+  text_ = std::make_unique<Gemma4Model>(inner, weights, tp);
   const int64_t hidden = config.hidden_size;
   const int64_t backbone = outer.positive("backbone_hidden_size");
   pre_projection_ = weights.get("pre_projection.weight", {hidden, 2 * backbone});

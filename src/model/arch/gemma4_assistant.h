@@ -14,7 +14,9 @@ struct DraftStep {
 
 class Gemma4Assistant {
  public:
-  Gemma4Assistant(const ModelConfig& config, WeightSource& weights);
+  // Under TP (`tp`), its layers split as the target's do, so each rank's shard reads its share of
+  // the target's KV heads; the projections and the head stay whole.
+  Gemma4Assistant(const ModelConfig& config, WeightSource& weights, const TensorParallel& tp = {});
 
   // One drafting step. token_embeddings: the target's scaled embeddings of the tokens to draft
   // after, [rows, backbone_hidden]; hidden: the target's final hidden state for the first step,
