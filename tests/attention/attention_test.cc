@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <random>
 
 #include "attention/backend.h"
@@ -36,6 +37,9 @@ struct AttentionCase {
   int64_t verify_seqs = 0;    // the first ones decode all their new rows (a token and its drafts)
   int64_t padded_rows = 0;    // rows past num_actual_tokens
   int64_t graph_max_len = 0;  // > 0: a CUDA graph's step, for sequences of at most this many
+  // Under decode context parallelism, the rank whose share of each sequence's tokens the cache
+  // holds (at their local slots) and the attention sees; the masks use global positions.
+  ContextShard context;
 };
 
 struct BackendCase {
@@ -96,13 +100,16 @@ struct Sequence {
   std::vector<int32_t> blocks;
   std::vector<float> keys;    // [total, kv_heads, head_k]
   std::vector<float> values;  // [total, kv_heads, head_v]
-  int64_t slot(int64_t position, int64_t block_size) const {
-    return int64_t{blocks[position / block_size]} * block_size + position % block_size;
+  // The slot of an owned position: its local index among the rank's tokens of the sequence.
+  int64_t slot(int64_t position, int64_t block_size, const ContextShard& context) const {
+    const int64_t local = context.local_index(position);
+    return int64_t{blocks[local / block_size]} * block_size + local % block_size;
   }
 };
 
-// Dense attention of one query row (query head `head`) over keys [0, position], with the case's
-// variants, in double. Returns the log-sum-exp of its scores (the sink's included).
+// Dense attention of one query row (query head `head`) over the keys in [0, position] the case's
+// rank holds, with the case's variants, in double. Returns the log-sum-exp of its scores (the
+// sink's included; -inf without any).
 double dense_reference(const AttentionCase& c, const Sequence& seq, const float* q, int64_t head,
                        int64_t position, double scale, const std::vector<float>& sinks,
                        double* out) {
@@ -110,7 +117,10 @@ double dense_reference(const AttentionCase& c, const Sequence& seq, const float*
   const int64_t first = c.window > 0 ? std::max<int64_t>(0, position - c.window + 1) : 0;
   std::vector<double> scores;
   double max = c.sinks ? sinks[head] : -1e300;
+  std::vector<int64_t> keys;
   for (int64_t j = first; j <= position; ++j) {
+    if (!c.context.owns(j)) continue;
+    keys.push_back(j);
     const float* k = seq.keys.data() + (j * c.kv_heads + kv) * c.head_k;
     double dot = 0;
     for (int64_t d = 0; d < c.head_k; ++d)
@@ -126,11 +136,11 @@ double dense_reference(const AttentionCase& c, const Sequence& seq, const float*
   for (int64_t d = 0; d < c.head_v; ++d)
     out[d] = 0;
   for (size_t j = 0; j < scores.size(); ++j) {
-    const float* v = seq.values.data() + ((first + j) * c.kv_heads + kv) * c.head_v;
+    const float* v = seq.values.data() + (keys[j] * c.kv_heads + kv) * c.head_v;
     for (int64_t d = 0; d < c.head_v; ++d)
       out[d] += scores[j] / sum * v[d];
   }
-  return max + std::log(sum);
+  return sum > 0 ? max + std::log(sum) : -std::numeric_limits<double>::infinity();
 }
 
 class AttentionTest : public ::testing::TestWithParam<BackendCase> {};
@@ -151,9 +161,10 @@ TEST_P(AttentionTest, MatchesDenseAttention) {
                          .head_size_k = c.head_k,
                          .head_size_v = c.head_v,
                          .dtype = c.cache_dtype};
-  int64_t num_blocks = 3;  // the null block, and two never used
+  const int64_t block_tokens = c.block_size * c.context.size;  // a block id's tokens, all ranks'
+  int64_t num_blocks = 3;                                      // the null block, and two never used
   for (const auto& [cached, fresh] : c.seqs)
-    num_blocks += (cached + fresh + c.block_size - 1) / c.block_size;
+    num_blocks += (cached + fresh + block_tokens - 1) / block_tokens;
   const int64_t slot_bytes = page.page_bytes() + c.padding_bytes;
   const PagePlacement placement{.offset_bytes = (c.slots - 1) * slot_bytes,
                                 .block_stride_bytes = c.slots * slot_bytes};
@@ -176,7 +187,7 @@ TEST_P(AttentionTest, MatchesDenseAttention) {
   for (const auto& [cached, fresh] : c.seqs) {
     Sequence& seq = seqs.emplace_back();
     const int64_t total = cached + fresh;
-    for (int64_t b = 0; b < (total + c.block_size - 1) / c.block_size; ++b) {
+    for (int64_t b = 0; b < (total + block_tokens - 1) / block_tokens; ++b) {
       seq.blocks.push_back(free_blocks.back());
       free_blocks.pop_back();
     }
@@ -191,7 +202,7 @@ TEST_P(AttentionTest, MatchesDenseAttention) {
     meta.query_start.push_back(meta.query_start.back() + fresh);
     meta.seq_lens.push_back(total);
     for (int64_t p = cached; p < total; ++p)
-      meta.slot_mapping.push_back(seq.slot(p, c.block_size));
+      meta.slot_mapping.push_back(c.context.owns(p) ? seq.slot(p, c.block_size, c.context) : -1);
     widest = std::max<int64_t>(widest, seq.blocks.size());
     longest = std::max(longest, total);
   }
@@ -205,6 +216,7 @@ TEST_P(AttentionTest, MatchesDenseAttention) {
     meta.block_table_rows.push_back(static_cast<int32_t>(seqs.size() - 1 - s));
   meta.block_table = table;
   meta.block_table_stride = widest;
+  meta.context = c.context;
   const int64_t real = meta.query_start.back();
   meta.num_actual_tokens = real;
   const int64_t rows = real + c.padded_rows;
@@ -212,8 +224,9 @@ TEST_P(AttentionTest, MatchesDenseAttention) {
   // Earlier tokens are in the cache before the step; the expected cache adds the new ones.
   for (size_t s = 0; s < seqs.size(); ++s) {
     for (int64_t p = 0; p < c.seqs[s].first; ++p) {
+      if (!c.context.owns(p)) continue;
       for (int64_t h = 0; h < c.kv_heads; ++h) {
-        const int64_t slot = seqs[s].slot(p, c.block_size);
+        const int64_t slot = seqs[s].slot(p, c.block_size, c.context);
         store_row(host_cache.key, slot, h, &seqs[s].keys[(p * c.kv_heads + h) * c.head_k]);
         store_row(host_cache.value, slot, h, &seqs[s].values[(p * c.kv_heads + h) * c.head_v]);
       }
@@ -231,9 +244,10 @@ TEST_P(AttentionTest, MatchesDenseAttention) {
       const float* v = &seqs[s].values[p * c.kv_heads * c.head_v];
       key_values.insert(key_values.end(), k, k + c.kv_heads * c.head_k);
       value_values.insert(value_values.end(), v, v + c.kv_heads * c.head_v);
-      for (int64_t h = 0; h < c.kv_heads; ++h) {
-        store_row(expected_view.key, seqs[s].slot(p, c.block_size), h, k + h * c.head_k);
-        store_row(expected_view.value, seqs[s].slot(p, c.block_size), h, v + h * c.head_v);
+      for (int64_t h = 0; h < c.kv_heads && c.context.owns(p); ++h) {
+        const int64_t slot = seqs[s].slot(p, c.block_size, c.context);
+        store_row(expected_view.key, slot, h, k + h * c.head_k);
+        store_row(expected_view.value, slot, h, v + h * c.head_v);
       }
     }
   }
@@ -287,7 +301,13 @@ TEST_P(AttentionTest, MatchesDenseAttention) {
         const double expected_lse =
             dense_reference(c, seqs[s], &queries[(row * c.q_heads + h) * c.head_k], h, p,
                             params.scale, sinks, expected.data());
-        worst_lse = std::max(worst_lse, std::abs(lses[row * c.q_heads + h] - expected_lse));
+        const float got_lse = lses[row * c.q_heads + h];
+        if (std::isinf(expected_lse)) {
+          // A row that sees none of the rank's keys: no mass, and an output of zeros.
+          EXPECT_TRUE(std::isinf(got_lse) && got_lse < 0) << "seq " << s << " position " << p;
+        } else {
+          worst_lse = std::max(worst_lse, std::abs(got_lse - expected_lse));
+        }
         for (int64_t d = 0; d < c.head_v; ++d) {
           const double got = result[(row * c.q_heads + h) * c.head_v + d];
           ASSERT_FALSE(std::isnan(got)) << "seq " << s << " position " << p << " head " << h;
@@ -510,6 +530,55 @@ std::vector<AttentionCase> cases() {
   c = llama("prefill chunks", kPrefill);
   c.window = 64;
   c.padded_rows = 5;
+  all.push_back(c);
+  // Decode context parallelism: one rank's share of each sequence's tokens, dealt `interleave` at
+  // a time; windows that start in another rank's share, and rows that see none of this rank's
+  // keys (no mass: zeros and a log-sum-exp of -inf).
+  all.push_back({.label = "dcp rank 1 of 2",
+                 .q_heads = 8,
+                 .seqs = kShort,
+                 .padded_rows = 2,
+                 .context = {.rank = 1, .size = 2}});
+  all.push_back({.label = "dcp rank 2 of 3 interleave 2 window sinks",
+                 .head_k = 24,
+                 .head_v = 16,
+                 .window = 5,
+                 .sinks = true,
+                 .seqs = kShort,
+                 .context = {.rank = 2, .size = 3, .interleave = 2}});
+  c = llama("dcp rank 1 of 2 interleave 8", kMixed);
+  c.padded_rows = 2;
+  c.context = {.rank = 1, .size = 2, .interleave = 8};
+  all.push_back(c);
+  c = llama("dcp long split decode rank 3 of 4", kLong);
+  c.context = {.rank = 3, .size = 4};
+  all.push_back(c);
+  c = llama("dcp verify sliding sinks", {{300, 6}, {40, 3}, {0, 12}});
+  c.verify_seqs = 2;
+  c.q_heads = 8;
+  c.kv_heads = 2;
+  c.head_k = c.head_v = 256;
+  c.window = 4;
+  c.sinks = true;
+  c.context = {.rank = 0, .size = 2, .interleave = 4};
+  all.push_back(c);
+  c = llama("dcp prefill window rows without keys", kPrefill);
+  c.window = 4;
+  c.padded_rows = 3;
+  c.context = {.rank = 0, .size = 2, .interleave = 4};
+  all.push_back(c);
+  c = llama("dcp graph splits", {{5, 1}, {70, 1}, {300, 1}, {1200, 1}});
+  c.q_heads = 8;
+  c.kv_heads = 2;
+  c.graph_max_len = 2400;
+  c.padded_rows = 2;
+  c.context = {.rank = 1, .size = 2, .interleave = 2};
+  all.push_back(c);
+  c = llama("dcp split decode 512 wide", kLong);
+  c.q_heads = 8;
+  c.kv_heads = 2;
+  c.head_k = c.head_v = 512;
+  c.context = {.rank = 1, .size = 2};
   all.push_back(c);
   // Every head size a backend declares (the CUDA kernels' list), decodes and prefills.
   for (const auto& [k, v] : std::vector<std::pair<int64_t, int64_t>>{{16, 16},

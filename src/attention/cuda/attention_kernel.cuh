@@ -15,6 +15,11 @@
 // CTAs; each writes a partial (O / l, log2-sum-exp) and the last CTA of a (sequence, KV head) to
 // finish merges them, found through a counter it resets for the next launch. Prefill
 // (kRowTiles = 4): each of 4 warps owns 16 of 64 rows and reads every key of each chunk.
+//
+// Under decode context parallelism the cache holds one rank's share of each sequence's tokens, in
+// order: the CTA walks the local indices of the rank's keys in its rows' range, each row's window
+// and causal bound turned into a range of local indices once, and a row that sees none of them
+// gets zeros and a log-sum-exp of -inf.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -60,11 +65,12 @@ __global__ void __launch_bounds__(Shape<kDk, kDv, kRowTiles, kStages, kChunkKeys
   const int rows_here = min(S::kRows, num_rows - row_begin);
   const int first_pos = seq_len - q_len;
 
-  // Keys this CTA reads: up to its last row's position, from the first row's window start.
+  // Keys this CTA reads: up to its last row's position, from the first row's window start. Under
+  // decode context parallelism, the rank's keys there, by local index.
   const int lowest_pos = first_pos + row_begin / a.group;
   const int highest_pos = first_pos + (row_begin + rows_here - 1) / a.group;
-  const int kv_lo = a.window > 0 ? max(0, lowest_pos - a.window + 1) : 0;
-  const int kv_hi = highest_pos + 1;
+  const int kv_lo = owned_before(a, a.window > 0 ? max(0, lowest_pos - a.window + 1) : 0);
+  const int kv_hi = owned_before(a, highest_pos + 1);
   // The splits this sequence uses: no more than it has chunks, so a short sequence in a launch
   // sized for long ones (a graph's) merges no empty parts. The CTAs of the other splits have
   // nothing to do.
@@ -82,13 +88,21 @@ __global__ void __launch_bounds__(Shape<kDk, kDv, kRowTiles, kStages, kChunkKeys
   const int g = lane / 4;
   const int t4 = lane % 4;
 
-  // This thread's two rows (g and g + 8 of the warp's tile): positions; -1 masks every key.
-  int row_pos[2];
+  // This thread's two rows (g and g + 8 of the warp's tile): the keys each sees, by local index,
+  // [row_lo, row_hi); a row past the tile sees none.
+  int row_lo[2];
+  int row_hi[2];
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
     const int r = warp_rows * 16 + g + 8 * i;
-    row_pos[i] = r < rows_here ? first_pos + (row_begin + r) / a.group : -1;
+    const int pos = first_pos + (row_begin + r) / a.group;
+    row_hi[i] = r < rows_here ? owned_before(a, pos + 1) : 0;
+    row_lo[i] = a.window > 0 ? owned_before(a, max(0, pos - a.window + 1)) : 0;
   }
+  // Keys every row of the tile sees: a chunk inside them (the bulk of a long context) needs no
+  // mask.
+  const int common_lo = a.window > 0 ? owned_before(a, max(0, highest_pos - a.window + 1)) : 0;
+  const int common_hi = owned_before(a, lowest_pos + 1);
   const float scale_log2 = a.scale * kLog2e;
 
   float o[kDv / 8][4] = {};
@@ -122,8 +136,9 @@ __global__ void __launch_bounds__(Shape<kDk, kDv, kRowTiles, kStages, kChunkKeys
   // only at this step's positions). The first chunks of those load while the kernels finish.
   if (num_chunks > 0) fill_window<kThreads>(a, seq, a.block_divisor.divide(start), window);
   int early = 0;
+  const int cached_keys = owned_before(a, first_pos);
   while (early < S::kStages - 1 && early < num_chunks &&
-         start + (early + 1) * kChunk <= first_pos) {
+         start + (early + 1) * kChunk <= cached_keys) {
     issue(early++);
   }
   start_after_prior_kernels();
@@ -211,8 +226,7 @@ __global__ void __launch_bounds__(Shape<kDk, kDv, kRowTiles, kStages, kChunkKeys
     const int key_base = start + c * kChunk + warp_keys * S::kKeysPerWarp;
     const int chunk_first = start + c * kChunk;
     const int chunk_last = chunk_first + kChunk - 1;
-    const bool whole = chunk_last < end && chunk_last <= lowest_pos &&
-                       (a.window == 0 || chunk_first > highest_pos - a.window);
+    const bool whole = chunk_last < end && chunk_last < common_hi && chunk_first >= common_lo;
     float chunk_max[2] = {kNegInf, kNegInf};
 #pragma unroll
     for (int j = 0; j < kTiles; ++j) {
@@ -223,8 +237,7 @@ __global__ void __launch_bounds__(Shape<kDk, kDv, kRowTiles, kStages, kChunkKeys
         x = a.softcap > 0.0f ? a.softcap * tanhf(x * a.scale / a.softcap) * kLog2e : x * scale_log2;
         if (!whole) {
           const int key = key_base + j * 8 + t4 * 2 + e % 2;
-          const bool visible =
-              key < end && key <= row_pos[i] && (a.window == 0 || key > row_pos[i] - a.window);
+          const bool visible = key < end && key < row_hi[i] && key >= row_lo[i];
           x = visible ? x : kNegInf;
         }
         s[j][e] = x;

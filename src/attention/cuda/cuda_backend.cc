@@ -13,8 +13,6 @@ class CudaAttentionPlan final : public AttentionPlan {
   explicit CudaAttentionPlan(const AttentionGroup& group) : group_(group) {}
 
   void update(const AttentionMetadata& metadata, const AttentionStep& step) override {
-    PAGODA_CHECK(metadata.context.size == 1,
-                 "the CUDA kernels do not attend a decode-context-parallel share of the keys yet");
     const int64_t seqs = metadata.num_seqs() + step.padding_seqs;
     const int64_t tokens =
         metadata.num_actual_tokens + step.padding_seqs * metadata.decode_query_len();

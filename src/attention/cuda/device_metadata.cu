@@ -89,6 +89,9 @@ void DeviceMetadata::update(const AttentionMetadata& metadata, int64_t padding_s
   max_decode_query_len_ = 0;
   max_prefill_query_len_ = 0;
   max_seq_len_ = 0;
+  context_ = metadata.context;
+  // A block id covers block_size tokens of each of the context's ranks.
+  const int64_t block_tokens = block_size_ * context_.size;
   int64_t max_blocks = 1;
   for (int64_t s = 0; s < real_seqs; ++s) {
     const int64_t query_len = metadata.query_start[s + 1] - metadata.query_start[s];
@@ -102,7 +105,7 @@ void DeviceMetadata::update(const AttentionMetadata& metadata, int64_t padding_s
       max_prefill_query_len_ = std::max(max_prefill_query_len_, query_len);
     }
     max_seq_len_ = std::max(max_seq_len_, metadata.seq_lens[s]);
-    max_blocks = std::max(max_blocks, (metadata.seq_lens[s] + block_size_ - 1) / block_size_);
+    max_blocks = std::max(max_blocks, (metadata.seq_lens[s] + block_tokens - 1) / block_tokens);
   }
   // Padding sequences: padding_len queries each over as many keys in the null block, written
   // nowhere.
@@ -116,7 +119,7 @@ void DeviceMetadata::update(const AttentionMetadata& metadata, int64_t padding_s
     query_start[s] = static_cast<int32_t>(metadata.query_start[s]);
   for (int64_t s = 0; s < real_seqs; ++s) {
     seq_lens[s] = static_cast<int32_t>(metadata.seq_lens[s]);
-    const int64_t blocks = (metadata.seq_lens[s] + block_size_ - 1) / block_size_;
+    const int64_t blocks = (metadata.seq_lens[s] + block_tokens - 1) / block_tokens;
     std::memcpy(table + s * max_blocks_per_seq_, metadata.blocks_of(s), blocks * 4);
   }
   std::memcpy(slots, metadata.slot_mapping.data(), real_tokens * 8);

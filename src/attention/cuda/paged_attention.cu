@@ -215,6 +215,9 @@ void paged_attention(const AttentionLayerParams& params, const Tensor& query, co
   args.seq_lens = plan.seq_lens();
   args.block_table = plan.block_table();
   args.block_table_stride = plan.block_table_stride();
+  args.context_rank = static_cast<int>(plan.context().rank);
+  args.context_size = static_cast<int>(plan.context().size);
+  args.context_interleave = static_cast<int>(plan.context().interleave);
 
   // Decodes: sequences of up to kMaxDecodeQueryLen query rows (a token and its drafts), each
   // (token, head) pair a row, in row tiles of 16, when the query group fits in one. A one-token
@@ -236,9 +239,11 @@ void paged_attention(const AttentionLayerParams& params, const Tensor& query, co
     Args d = args;
     d.seq_offset = 0;
     const int64_t ctas = decodes * hkv * decode_row_tiles;
-    d.num_splits = static_cast<int>(plan.fixed_decode_splits > 0
-                                        ? plan.fixed_decode_splits
-                                        : decode_splits_for(dk, dv, ctas, plan.max_seq_len()));
+    d.num_splits = static_cast<int>(
+        plan.fixed_decode_splits > 0
+            ? plan.fixed_decode_splits
+            : decode_splits_for(dk, dv, ctas,
+                                (plan.max_seq_len() + args.context_size - 1) / args.context_size));
     PAGODA_CHECK(d.num_splits >= 1 && d.num_splits <= kMaxDecodeSplits,
                  "{} decode splits; at most {}", d.num_splits, kMaxDecodeSplits);
     if (key.defined() && written_in_kernel > 0) {

@@ -57,7 +57,21 @@ struct Args {
   int64_t new_v_token_stride;
   int64_t new_v_head_stride;
   const int64_t* slot_mapping;
+  // Decode context parallelism: the cache holds rank context_rank's share of each sequence's
+  // tokens, dealt context_interleave at a time over context_size ranks, in order. Keys are walked
+  // by their local index; masks use their global positions. context_size 1: every token.
+  int context_rank;
+  int context_size;
+  int context_interleave;
 };
+
+// How many of positions [0, position) the rank holds.
+__device__ __forceinline__ int owned_before(const Args& a, int position) {
+  if (a.context_size == 1) return position;
+  const int span = a.context_interleave * a.context_size;
+  const int into = position % span - a.context_rank * a.context_interleave;
+  return position / span * a.context_interleave + min(max(into, 0), a.context_interleave);
+}
 
 template <int kDk, int kDv, int kRowTiles, int kStageCount, int kChunkKeys>
 struct Shape {
