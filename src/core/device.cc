@@ -22,6 +22,21 @@ Device parse_device(const std::string& text) {
   fail("unknown device '{}'; expected cpu, cuda or cuda:N", text);
 }
 
+CurrentDevice::CurrentDevice(Device device) {
+  if (device.is_cpu()) return;
+  previous_ = cuda::current_device();
+  cuda::set_current_device(device.index);
+}
+
+CurrentDevice::~CurrentDevice() {
+  if (previous_ < 0) return;
+  try {
+    cuda::set_current_device(previous_);
+  } catch (...) {
+    // A destructor does not throw; the device stays as it was set.
+  }
+}
+
 bool built_with_cuda() {
   return cuda::available_in_build();
 }

@@ -27,6 +27,20 @@ bool built_with_cuda();
 // CUDA devices visible to this process; 0 without CUDA or without a GPU.
 int cuda_device_count();
 
+// While it lives, `device` is the calling thread's current GPU (where kernels and copies of
+// tensors without a device of their own go); the previous one is current again after. Nothing for
+// the CPU. A thread per GPU rank holds one for its device.
+class CurrentDevice {
+ public:
+  explicit CurrentDevice(Device device);
+  ~CurrentDevice();
+  CurrentDevice(const CurrentDevice&) = delete;
+  CurrentDevice& operator=(const CurrentDevice&) = delete;
+
+ private:
+  int previous_ = -1;
+};
+
 struct DeviceMemory {
   int64_t free_bytes = 0;
   int64_t total_bytes = 0;

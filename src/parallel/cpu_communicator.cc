@@ -217,7 +217,54 @@ class CpuCommunicator final : public Communicator {
   bool left_ = false;
 };
 
+// Host copies of device tensors around an in-process rank's collectives.
+class HostStagedCommunicator final : public Communicator {
+ public:
+  explicit HostStagedCommunicator(std::unique_ptr<Communicator> inner) : inner_(std::move(inner)) {}
+
+  int rank() const override { return inner_->rank(); }
+  int world_size() const override { return inner_->world_size(); }
+  void all_reduce(const Tensor& x) override {
+    const Tensor host = staged(x);
+    inner_->all_reduce(host);
+    back(host, x);
+  }
+  void all_gather(const Tensor& x, const Tensor& out) override {
+    const Tensor host_out = staged(out);
+    inner_->all_gather(staged(x), host_out);
+    back(host_out, out);
+  }
+  void reduce_scatter(const Tensor& x, const Tensor& out) override {
+    const Tensor host_out = staged(out);
+    inner_->reduce_scatter(staged(x), host_out);
+    back(host_out, out);
+  }
+  void broadcast(const Tensor& x, int root) override {
+    const Tensor host = staged(x);
+    inner_->broadcast(host, root);
+    back(host, x);
+  }
+  void abort() override { inner_->abort(); }
+
+ private:
+  static Tensor staged(const Tensor& t) {
+    return t.defined() && !t.device().is_cpu() ? t.to(Device::cpu()) : t;
+  }
+  static void back(const Tensor& host, const Tensor& t) {
+    if (host.raw_data() != t.raw_data()) t.copy_from(host);
+  }
+
+  std::unique_ptr<Communicator> inner_;
+};
+
 }  // namespace
+
+std::vector<std::unique_ptr<Communicator>> make_host_staged_group(int world_size) {
+  std::vector<std::unique_ptr<Communicator>> ranks = make_cpu_group(world_size);
+  for (std::unique_ptr<Communicator>& rank : ranks)
+    rank = std::make_unique<HostStagedCommunicator>(std::move(rank));
+  return ranks;
+}
 
 std::vector<std::unique_ptr<Communicator>> make_cpu_group(int world_size) {
   if (world_size < 1 || world_size > 256) {

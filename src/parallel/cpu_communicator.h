@@ -16,6 +16,11 @@ namespace pagoda {
 // The communicators of a new group of `world_size` in-process ranks (1 to 256), rank r at index
 // r. They share the group, which lives as long as any of them.
 std::vector<std::unique_ptr<Communicator>> make_cpu_group(int world_size);
+// The same, for ranks whose tensors live on GPUs (one GPU shared by every rank, or several,
+// without NCCL): each collective copies the rank's tensors to the host, runs there and copies the
+// result back. It lets GPU ranks be tested on a machine with one GPU; eager steps only, since the
+// copies wait for the device, which a CUDA graph cannot capture.
+std::vector<std::unique_ptr<Communicator>> make_host_staged_group(int world_size);
 
 // Runs body(communicator) for every rank of a new in-process group, each on its own thread, and
 // waits for all. Rethrows the first failure, by rank, after every rank has stopped; a failing

@@ -136,6 +136,30 @@ std::unique_ptr<Communicator> make_nccl_communicator(const NcclId& id, int world
   return std::make_unique<NcclCommunicator>(id, world_size, rank, device);
 }
 
+std::vector<std::unique_ptr<Communicator>> make_nccl_group(const std::vector<int>& devices) {
+  const int world = static_cast<int>(devices.size());
+  if (world < 1) fail("an NCCL group needs at least one GPU");
+  const NcclId id = make_nccl_id();
+  std::vector<std::unique_ptr<Communicator>> ranks(world);
+  std::vector<std::exception_ptr> failures(world);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < world; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        ranks[r] = std::make_unique<NcclCommunicator>(id, world, r, devices[r]);
+      } catch (...) {
+        failures[r] = std::current_exception();
+      }
+    });
+  }
+  for (std::thread& thread : threads)
+    thread.join();
+  for (const std::exception_ptr& failure : failures) {
+    if (failure) std::rethrow_exception(failure);
+  }
+  return ranks;
+}
+
 void run_nccl_ranks(const std::vector<int>& devices,
                     const std::function<void(Communicator&)>& body) {
   const int world = static_cast<int>(devices.size());

@@ -16,6 +16,10 @@ std::unique_ptr<Communicator> make_nccl_communicator(const NcclId&, int, int, in
   fail("this pagoda binary was built without NCCL");
 }
 
+std::vector<std::unique_ptr<Communicator>> make_nccl_group(const std::vector<int>&) {
+  fail("this pagoda binary was built without NCCL");
+}
+
 void run_nccl_ranks(const std::vector<int>&, const std::function<void(Communicator&)>&) {
   fail("this pagoda binary was built without NCCL");
 }

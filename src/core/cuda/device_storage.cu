@@ -214,6 +214,16 @@ int device_count() {
   return count;
 }
 
+int current_device() {
+  int device = 0;
+  PAGODA_CUDA_CHECK(cudaGetDevice(&device));
+  return device;
+}
+
+void set_current_device(int device_index) {
+  PAGODA_CUDA_CHECK(cudaSetDevice(device_index));
+}
+
 std::pair<int64_t, int64_t> memory_info(int device_index) {
   PAGODA_CUDA_CHECK(cudaSetDevice(device_index));
   size_t free = 0;

@@ -27,6 +27,9 @@ struct StridedLayout {
 
 bool available_in_build();
 int device_count();  // 0 when no device or driver is present
+// The calling thread's current GPU, and setting it.
+int current_device();
+void set_current_device(int device_index);
 // Free and total bytes of GPU `device_index`.
 std::pair<int64_t, int64_t> memory_info(int device_index);
 

@@ -20,6 +20,14 @@ int device_count() {
   return 0;
 }
 
+int current_device() {
+  no_cuda();
+}
+
+void set_current_device(int) {
+  no_cuda();
+}
+
 std::pair<int64_t, int64_t> memory_info(int) {
   no_cuda();
 }

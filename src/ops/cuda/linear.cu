@@ -175,20 +175,29 @@ std::unique_ptr<Plan> make_plan(const PlanKey& key, const Operands& operands) {
   return plan;
 }
 
+// Plans and choices are kept per device, each behind its own lock: planning and timing wait for
+// the device's stream, and a rank of another GPU waiting for the lock could be the one whose
+// collective that stream is waiting for.
+constexpr int kMaxDevices = 16;
+
+// The locks of one device's plans, and of its GEMV choices (whose timing runs plans).
+std::mutex& device_mutex(int device, bool choices = false) {
+  static std::array<std::array<std::mutex, 2>, kMaxDevices> mutexes;
+  PAGODA_CHECK(device >= 0 && device < kMaxDevices, "CUDA device index {}", device);
+  return mutexes[device][choices ? 1 : 0];
+}
+
 // The cached plan for `key`, planned on first use. Plans live until the process ends (or the cache
-// is dropped when full); callers hold the lock while using one.
+// is dropped when full); callers hold the device's lock while using one.
 const Plan& find_plan(const PlanKey& key, const Operands& operands) {
-  static std::unordered_map<PlanKey, std::unique_ptr<Plan>, PlanKeyHash> plans;
+  static std::array<std::unordered_map<PlanKey, std::unique_ptr<Plan>, PlanKeyHash>, kMaxDevices>
+      device_plans;
+  auto& plans = device_plans[key[10]];  // the device
   auto found = plans.find(key);
   if (found != plans.end()) return *found->second;
   std::unique_ptr<Plan> plan = make_plan(key, operands);
   if (plans.size() >= kMaxPlans) plans.clear();
   return *plans.emplace(key, std::move(plan)).first->second;
-}
-
-std::mutex& plans_mutex() {
-  static std::mutex mutex;
-  return mutex;
 }
 
 }  // namespace
@@ -246,7 +255,7 @@ void cublaslt_linear(const Tensor& x, const Tensor& weight, const Tensor& out) {
                     alignment_of(out.raw_data()),
                     device};
 
-  const std::lock_guard lock(plans_mutex());
+  const std::lock_guard lock(device_mutex(device));
   const Plan& plan = find_plan(key, {weight.raw_data(), x.raw_data(), out.raw_data()});
   const float alpha = 1.0f;
   const float beta = 0.0f;
@@ -286,8 +295,7 @@ float median_ms(Body&& body) {
 // the first call (outside graph capture; a shape first seen while capturing takes cuBLASLt).
 void linear(const Tensor& x, const Tensor& weight, const Tensor& out) {
   if (!gemv_applies(x, weight, out)) return cublaslt_linear(x, weight, out);
-  static std::mutex mutex;
-  static std::unordered_map<PlanKey, bool, PlanKeyHash> use_gemv;
+  static std::array<std::unordered_map<PlanKey, bool, PlanKeyHash>, kMaxDevices> device_choices;
   const PlanKey key{x.size(0),
                     weight.size(0),
                     weight.size(1),
@@ -301,7 +309,8 @@ void linear(const Tensor& x, const Tensor& weight, const Tensor& out) {
                     0};
   bool choice = false;
   {
-    const std::lock_guard lock(mutex);
+    const std::lock_guard lock(device_mutex(x.device().index, true));
+    auto& use_gemv = device_choices[x.device().index];
     const auto found = use_gemv.find(key);
     if (found != use_gemv.end()) {
       choice = found->second;
