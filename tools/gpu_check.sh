@@ -6,6 +6,7 @@
 #   2. model parity: each fixture (Llama, Qwen3, Gemma 4 with and without KV sharing, MiMo-V2-Flash,
 #      the default model) on the GPU against the CPU path and transformers' reference, with and
 #      without CUDA graphs (tolerances in tests/model/cuda_parity_test.cc);
+#      and TP / DCP ranks sharing the GPU against one rank (tests/engine/cuda_parallel_test.cc);
 #   3. the decode attention micro-benchmark beside PyTorch's SDPA, the decode GEMM shapes, and
 #      `pagoda bench` of Llama-3-8B- and Gemma-4-E4B-shaped models against their weight-streaming
 #      floors, greedy and (Llama) with sampling on the device.
@@ -19,6 +20,8 @@ source tools/gpu_steps.sh
 step kernels "$build/tests/pagoda_tests" \
   --gtest_filter='CudaOpsTest.*:Backends/AttentionTest.*/cuda_*:AttentionTest.*:CudaSamplingTest.*'
 step parity "$build/tests/pagoda_tests" --gtest_filter='Fixtures/CudaParityTest.*'
+step ranks "$build/tests/pagoda_tests" \
+  --gtest_filter='Fixtures/CudaParallelTest.*:ContextMergeTest.*:Nccl*'
 step attention_bench "$build/src/attention_bench"
 if python3 -c 'import torch' 2>/dev/null; then
   step attention_sdpa python3 tools/attention_sdpa.py

@@ -311,7 +311,7 @@ void run_bench(const BenchOptions& options, const CLI::App& command) {
 
   const Clock::time_point load_start = Clock::now();
   RankModels ranks = load_model(models, engine_flags);
-  ranks.allocate_caches(plan, engine_device(engine_flags));
+  ranks.allocate_caches(plan);
   fmt::print(stderr, "loaded in {:.2f} s\n", seconds_since(load_start));
   Engine engine(ranks.model(), plan, ranks.cache(),
                 ranks.with_ranks(engine_config(config, plan, engine_flags)), ranks.drafter());

@@ -7,6 +7,7 @@
 #include "core/files.h"
 #include "model/safetensors.h"
 #include "parallel/cpu_communicator.h"
+#include "parallel/nccl_communicator.h"
 
 namespace pagoda {
 
@@ -159,31 +160,44 @@ RankModels load_model(const EngineModels& models, const EngineFlags& flags) {
   if (flags.check_weights && !dummy) check_weights_finite(models.model_dir);
   const int ranks = static_cast<int>(models.ranks());
   RankModels out;
-  if (ranks > 1) out.communicators = make_cpu_group(ranks);
+  // On GPUs, rank r on the r-th GPU from the one --device names, over NCCL; on the CPU, threads.
+  for (int r = 0; r < ranks; ++r)
+    out.devices.push_back(device.is_cpu() ? device : Device::cuda(device.index + r));
+  if (ranks > 1 && device.is_cpu()) out.communicators = make_cpu_group(ranks);
+  if (ranks > 1 && !device.is_cpu()) {
+    std::vector<int> gpus;
+    for (const Device& d : out.devices)
+      gpus.push_back(d.index);
+    out.communicators = make_nccl_group(gpus);
+  }
   const auto place = [&](int r) {
     return rank_place(models.tensor_parallel_size, models.decode_context_parallel_size, r,
                       ranks > 1 ? out.communicators[r].get() : nullptr);
   };
   for (int r = 0; r < ranks; ++r) {
+    const CurrentDevice current(out.devices[r]);
     WeightSource weights = dummy ? WeightSource::dummy(*dummy, flags.seed)
                                  : WeightSource::from_checkpoint(models.model_dir);
-    weights.set_device(device);
+    weights.set_device(out.devices[r]);
     out.models.push_back(build_causal_lm(config, weights, place(r)));
   }
   if (!models.speculative) return out;
   const std::optional<DType> drafter_dummy = dummy_dtype(models.speculative->drafter, flags);
   if (flags.check_weights && !drafter_dummy) check_weights_finite(models.speculative->model_dir);
   for (int r = 0; r < ranks; ++r) {
+    const CurrentDevice current(out.devices[r]);
     out.drafters.push_back(std::make_unique<Drafter>(
-        load_drafter(*models.speculative, device, drafter_dummy, flags.seed, place(r))));
+        load_drafter(*models.speculative, out.devices[r], drafter_dummy, flags.seed, place(r))));
   }
   return out;
 }
 
-void RankModels::allocate_caches(const KvCachePlan& plan, Device device) {
+void RankModels::allocate_caches(const KvCachePlan& plan) {
   caches.clear();
-  for (size_t r = 0; r < models.size(); ++r)
+  for (const Device& device : devices) {
+    const CurrentDevice current(device);
     caches.push_back(allocate_kv_cache(plan, device));
+  }
 }
 
 EngineConfig RankModels::with_ranks(EngineConfig config) const {
@@ -218,11 +232,15 @@ EngineModels engine_models(const std::string& model_dir, const EngineFlags& flag
   check_context_parallel(tp, dcp, flags.dcp_kv_cache_interleave_size);
   const std::string parallel =
       fmt::format("--tensor-parallel-size {} --decode-context-parallel-size {}", tp, dcp);
-  if (world_size(tp, dcp) > 1 && engine_device(flags) != Device::cpu()) {
-    fail(
-        "{} runs on CPU ranks so far (--device cpu); GPU ranks over NCCL are not wired into the "
-        "engine yet",
-        parallel);
+  const Device device = engine_device(flags);
+  if (world_size(tp, dcp) > 1 && !device.is_cpu()) {
+    if (!nccl_available_in_build()) {
+      fail("{} on GPUs needs NCCL, which this pagoda binary was built without", parallel);
+    }
+    if (device.index + world_size(tp, dcp) > cuda_device_count()) {
+      fail("{} needs {} GPUs from {}; this machine has {}", parallel, world_size(tp, dcp),
+           device.to_string(), cuda_device_count());
+    }
   }
   models.tensor_parallel_size = tp;
   models.decode_context_parallel_size = dcp;

@@ -65,6 +65,7 @@ CacheConfig engine_cache_config(const EngineFlags& flags, const ModelConfig& tar
 // allocated from one plan.
 struct RankModels {
   std::vector<std::unique_ptr<Communicator>> communicators;  // with more than one rank
+  std::vector<Device> devices;                               // each rank's
   std::vector<std::unique_ptr<CausalLm>> models;
   std::vector<std::unique_ptr<Drafter>> drafters;  // with --speculative-config
   std::vector<KvCache> caches;
@@ -72,8 +73,8 @@ struct RankModels {
   CausalLm& model() const { return *models[0]; }
   Drafter* drafter() const { return drafters.empty() ? nullptr : drafters[0].get(); }
   const KvCache& cache() const { return caches[0]; }
-  // Allocates every rank's cache from `plan` on `device`.
-  void allocate_caches(const KvCachePlan& plan, Device device);
+  // Allocates every rank's cache from `plan` on its device.
+  void allocate_caches(const KvCachePlan& plan);
   // `config` with the ranks after the first, for the engine to run beside its own.
   EngineConfig with_ranks(EngineConfig config) const;
 };

@@ -136,7 +136,7 @@ void run_generate(const GenerateOptions& options) {
   const auto started = std::chrono::steady_clock::now();
   RankModels ranks = load_model(models, options.engine);
   const auto loaded = std::chrono::steady_clock::now();
-  ranks.allocate_caches(plan, engine_device(options.engine));
+  ranks.allocate_caches(plan);
   const EngineConfig engine = ranks.with_ranks(engine_config(config, plan, options.engine));
   GenerationStats stats;
   const std::vector<Request> results =

@@ -81,7 +81,7 @@ void run_serve(const ServeOptions& options) {
     cache_config.memory_bytes = gpu_kv_cache_budget(device, options.engine.gpu_memory_utilization);
     plan = plan_cache(models.planned, models.drafter(), cache_config);
   }
-  ranks.allocate_caches(plan, device);
+  ranks.allocate_caches(plan);
   EngineService engine(ranks.model(), plan, ranks.cache(),
                        ranks.with_ranks(engine_config(config, plan, options.engine)),
                        ranks.drafter());

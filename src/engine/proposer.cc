@@ -88,6 +88,7 @@ std::vector<std::unique_ptr<ModelRunner>> rank_runners(std::span<const RankShard
   std::vector<std::unique_ptr<ModelRunner>> out;
   for (size_t r = 0; r < ranks.size(); ++r) {
     const int64_t rank = static_cast<int64_t>(r);
+    const CurrentDevice current(rank_device(ranks[r]));
     out.push_back(std::make_unique<ModelRunner>(
         *models[r], plan, *ranks[r].cache,
         RunnerOptions{.first_layer = model_layers(plan),

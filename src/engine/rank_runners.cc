@@ -2,13 +2,19 @@
 
 namespace pagoda {
 
+Device rank_device(const RankShard& shard) {
+  return shard.cache->buffers.empty() ? Device::cpu() : shard.cache->buffers[0].device();
+}
+
 struct RankRunners::Rank {
   Rank(const RankShard& shard, const KvCachePlan& plan, const RunnerOptions& options, int64_t index)
       : index(index),
+        device(rank_device(shard)),
         communicator(shard.communicator),
         runner(*shard.model, plan, *shard.cache, options) {}
 
   int64_t index;
+  Device device;
   Communicator* communicator;
   ModelRunner runner;
   std::exception_ptr error;
@@ -24,6 +30,7 @@ RankRunners::RankRunners(std::span<const RankShard> ranks, Communicator& own,
                  "a tensor-parallel rank without its model, cache or communicator");
     RunnerOptions rank_options = options;
     if (plan.context_parallel_size > 1) rank_options.context_rank = static_cast<int64_t>(i) + 1;
+    const CurrentDevice current(rank_device(shard));  // the runner's buffers go there
     ranks_.push_back(
         std::make_unique<Rank>(shard, plan, rank_options, static_cast<int64_t>(i) + 1));
   }
@@ -42,6 +49,8 @@ RankRunners::~RankRunners() {
 }
 
 void RankRunners::work(Rank& rank) {
+  // Everything this thread runs is the rank's, on its device.
+  const CurrentDevice current(rank.device);
   uint64_t seen = 0;
   while (true) {
     std::unique_lock lock(mutex_);

@@ -1,5 +1,6 @@
 // Tensor parallelism in one process: the ranks after the first, each with its model shard, its KV
-// cache and its own ModelRunner, run on a thread of their own. Each step they get the engine's
+// cache and its own ModelRunner, run on a thread of their own (on a GPU, with the rank's device
+// current). Each step they get the engine's
 // inputs (the same scheduled chunks and block tables) while the engine runs rank 0 itself; their
 // collectives meet rank 0's inside the forward, and only rank 0's logits are sampled. A drafter's
 // forwards run on every rank the same way (run_all), between which rank 0 alone updates the
@@ -30,6 +31,9 @@ struct RankShard {
   Communicator* communicator = nullptr;
   Drafter* drafter = nullptr;
 };
+
+// The device a rank runs on: its KV cache's.
+Device rank_device(const RankShard& shard);
 
 class RankRunners {
  public:

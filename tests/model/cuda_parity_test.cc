@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "model/fixtures.h"
+#include "model/gpu_runs.h"
 
 namespace pagoda {
 namespace {
@@ -29,12 +30,6 @@ constexpr double kTrainedWorst = 5e-2;
 constexpr double kRandomMean = 6e-2;
 constexpr double kRandomWorst = 0.5;
 constexpr double kRoundedWeightsMean = 0.1;
-constexpr double kNearTie = 0.1;
-
-struct ModelRun {
-  std::vector<std::vector<SampledToken>> tokens;
-  std::vector<std::vector<double>> prompt_logprobs;  // from the second prompt token on
-};
 
 ModelRun run(const std::string& name, Device device, bool enforce_eager,
              const nlohmann::json& prompts) {
@@ -53,86 +48,10 @@ ModelRun run(const std::string& name, Device device, bool enforce_eager,
                             .max_model_len = plan.max_model_len,
                             .eos_token_ids = config.eos_token_ids,
                             .enforce_eager = enforce_eager};
-  std::vector<GenerationRequest> requests;
-  for (const nlohmann::json& prompt : prompts) {
-    requests.push_back(
-        {.prompt_token_ids = prompt["prompt_token_ids"].get<std::vector<int32_t>>(),
-         .params = {.temperature = 0.0,
-                    .max_tokens = static_cast<int64_t>(prompt["greedy_token_ids"].size()),
-                    .ignore_eos = true,
-                    .logprobs = 5,
-                    .prompt_logprobs = 0}});
-  }
+  const std::vector<GenerationRequest> requests = greedy_requests(prompts);
   // All prompts in one batch: prefill steps run eagerly, the decode steps of 1..N sequences
   // replay graphs padded to 1, 2, 4 or 8.
-  ModelRun out;
-  for (const Request& result : generate(*model, plan, cache, engine, requests, nullptr)) {
-    out.tokens.push_back(result.output_tokens());
-    std::vector<double>& logprobs = out.prompt_logprobs.emplace_back();
-    for (size_t i = 1; i < result.prompt_logprobs.size(); ++i)
-      logprobs.push_back(result.prompt_logprobs[i]->logprob);
-  }
-  return out;
-}
-
-struct Difference {
-  double mean = 0;
-  double worst = 0;
-};
-
-Difference compare(const std::vector<std::vector<double>>& a,
-                   const std::vector<std::vector<double>>& b) {
-  Difference d;
-  int64_t count = 0;
-  for (size_t p = 0; p < a.size(); ++p) {
-    EXPECT_EQ(a[p].size(), b[p].size());
-    for (size_t i = 0; i < std::min(a[p].size(), b[p].size()); ++i) {
-      const double diff = std::abs(a[p][i] - b[p][i]);
-      EXPECT_FALSE(std::isnan(diff));
-      d.mean += diff;
-      d.worst = std::max(d.worst, diff);
-      ++count;
-    }
-  }
-  d.mean /= std::max<int64_t>(count, 1);
-  return d;
-}
-
-// Greedy tokens equal `expected` up to a first difference, which must be a near-tie in `got`'s
-// own top log-probabilities. Returns the share of tokens before any difference.
-double check_greedy(const std::vector<std::vector<SampledToken>>& got,
-                    const std::vector<std::vector<int32_t>>& expected, bool any_split) {
-  int64_t same = 0;
-  int64_t total = 0;
-  for (size_t p = 0; p < got.size(); ++p) {
-    total += static_cast<int64_t>(expected[p].size());
-    for (size_t i = 0; i < expected[p].size() && i < got[p].size(); ++i) {
-      if (got[p][i].token_id == expected[p][i]) {
-        ++same;
-        continue;
-      }
-      const std::vector<TokenLogprob>& top = got[p][i].top;
-      const auto other = std::find_if(top.begin(), top.end(), [&](const TokenLogprob& t) {
-        return t.token_id == expected[p][i];
-      });
-      EXPECT_TRUE(any_split ||
-                  (other != top.end() && got[p][i].logprob - other->logprob <= kNearTie))
-          << "prompt " << p << " token " << i << ": " << got[p][i].token_id << " for "
-          << expected[p][i] << ", not a near-tie";
-      break;
-    }
-  }
-  return static_cast<double>(same) / static_cast<double>(std::max<int64_t>(total, 1));
-}
-
-std::vector<std::vector<int32_t>> ids_of(const std::vector<std::vector<SampledToken>>& tokens) {
-  std::vector<std::vector<int32_t>> ids;
-  for (const auto& seq : tokens) {
-    ids.emplace_back();
-    for (const SampledToken& token : seq)
-      ids.back().push_back(token.token_id);
-  }
-  return ids;
+  return collect_run(generate(*model, plan, cache, engine, requests, nullptr));
 }
 
 class CudaParityTest : public ::testing::TestWithParam<const char*> {};
