@@ -98,6 +98,13 @@ std::vector<std::unique_ptr<ModelRunner>> rank_runners(std::span<const RankShard
   return out;
 }
 
+std::vector<Device> rank_devices(std::span<const RankShard> ranks) {
+  std::vector<Device> out;
+  for (const RankShard& rank : ranks)
+    out.push_back(rank_device(rank));
+  return out;
+}
+
 // Runs body(r) for every rank: through `runners` when there are several, else here.
 void on_ranks(RankRunners* runners, const std::function<void(int64_t rank)>& body) {
   if (runners != nullptr) {
@@ -216,6 +223,7 @@ class AssistantProposer final : public Proposer {
         runners_(rank_runners(ranks, std::vector<CausalLm*>(targets_.begin(), targets_.end()), plan,
                               enforce_eager)),
         ranks_(runners),
+        devices_(rank_devices(ranks)),
         target_(*targets_[0]),
         assistant_(*assistants_[0]),
         runner_(*runners_[0]) {}
@@ -257,10 +265,10 @@ class AssistantProposer final : public Proposer {
       tokens.push_back(requests[r]->token_ids.back());
       logits_rows.push_back(r);
     }
-    // Per rank: its step's inputs and the hidden state each step feeds the next.
+    // Per rank: its step's inputs and the hidden state each step feeds the next, on its device.
     const int64_t num_ranks = static_cast<int64_t>(runners_.size());
     std::vector<const ForwardBatch*> batches(num_ranks);
-    std::vector<Tensor> states(num_ranks, first_state);
+    std::vector<Tensor> states(num_ranks);
     std::vector<Request*> drafting = requests;
     for (int64_t d = 0; d < most; ++d) {
       // A request that wants fewer drafts rides along; what it would draft later is dropped.
@@ -268,7 +276,11 @@ class AssistantProposer final : public Proposer {
         drafting[r] = d < wanted[r] ? requests[r] : nullptr;
       Tensor logits;
       on_ranks(ranks_, [&](int64_t rank) {
-        if (d == 0) batches[rank] = &runners_[rank]->prepare_queries(queries, blocks);
+        if (d == 0) {
+          batches[rank] = &runners_[rank]->prepare_queries(queries, blocks);
+          states[rank] =
+              first_state.device() == devices_[rank] ? first_state : first_state.to(devices_[rank]);
+        }
         const Tensor& state = states[rank];
         DraftStep out = assistants_[rank]->step(
             targets_[rank]->embed(tokens, ids_on(tokens, state.device())), state, *batches[rank]);
@@ -321,6 +333,7 @@ class AssistantProposer final : public Proposer {
   std::vector<const Gemma4Assistant*> assistants_;     // per rank
   std::vector<std::unique_ptr<ModelRunner>> runners_;  // per rank
   RankRunners* ranks_;                                 // with several ranks
+  std::vector<Device> devices_;                        // per rank
   // Rank 0's, which alone runs the graphs.
   Gemma4Model& target_;
   const Gemma4Assistant& assistant_;
