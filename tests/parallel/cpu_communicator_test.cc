@@ -158,6 +158,42 @@ TEST(CpuCommunicatorTest, ARankFailingInItsOwnCodeStopsTheOthers) {
 
 // abort() on one rank of a group made directly (as the engine's ranks are): the others' waiting
 // collective fails, and so does every later one.
+// The host-staged group gives the CPU group's results for host tensors and, where there is a GPU,
+// for tensors on it (copied to the host and back around each collective).
+TEST(CpuCommunicatorTest, HostStagedGroupGivesTheSerialResults) {
+  const int world = 2;
+  const Shape shape = {4, 3};
+  const std::vector<float> sum = serial_sum(world, shape, DType::kBF16);
+  std::vector<Device> devices = {Device::cpu()};
+  if (cuda_device_count() > 0) devices.push_back(Device::cuda(0));
+  for (const Device& device : devices) {
+    SCOPED_TRACE(device.to_string());
+    std::vector<std::unique_ptr<Communicator>> ranks = make_host_staged_group(world);
+    std::vector<std::vector<float>> reduced(world), gathered(world);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < world; ++r) {
+      threads.emplace_back([&, r] {
+        const CurrentDevice current(device);
+        const Tensor x = rank_input(r, shape, DType::kBF16).to(device);
+        ranks[r]->all_reduce(x);
+        reduced[r] = floats(x.to(Device::cpu()));
+        const Tensor all = Tensor::empty({world * shape[0], shape[1]}, DType::kBF16, device);
+        ranks[r]->all_gather(rank_input(r, shape, DType::kBF16).to(device), all);
+        gathered[r] = floats(all.to(Device::cpu()));
+      });
+    }
+    for (std::thread& thread : threads)
+      thread.join();
+    std::vector<float> both = floats(rank_input(0, shape, DType::kBF16));
+    const std::vector<float> second = floats(rank_input(1, shape, DType::kBF16));
+    both.insert(both.end(), second.begin(), second.end());
+    for (int r = 0; r < world; ++r) {
+      EXPECT_EQ(reduced[r], sum) << "rank " << r;
+      EXPECT_EQ(gathered[r], both) << "rank " << r;
+    }
+  }
+}
+
 TEST(CpuCommunicatorTest, AbortEndsTheGroup) {
   std::vector<std::unique_ptr<Communicator>> ranks = make_cpu_group(3);
   std::vector<std::string> errors(3);
