@@ -163,16 +163,27 @@ RankModels load_model(const EngineModels& models, const EngineFlags& flags) {
   // On GPUs, rank r on the r-th GPU from the one --device names, over NCCL; on the CPU, threads.
   for (int r = 0; r < ranks; ++r)
     out.devices.push_back(device.is_cpu() ? device : Device::cuda(device.index + r));
-  if (ranks > 1 && device.is_cpu()) out.communicators = make_cpu_group(ranks);
-  if (ranks > 1 && !device.is_cpu()) {
+  // A group of ranks [first, first + count): threads on the CPU, NCCL on GPUs.
+  const auto make_group = [&](int first, int count) {
+    if (device.is_cpu()) return make_cpu_group(count);
     std::vector<int> gpus;
-    for (const Device& d : out.devices)
-      gpus.push_back(d.index);
-    out.communicators = make_nccl_group(gpus);
+    for (int r = first; r < first + count; ++r)
+      gpus.push_back(out.devices[r].index);
+    return make_nccl_group(gpus);
+  };
+  if (ranks > 1) out.communicators = make_group(0, ranks);
+  const int64_t tp = models.tensor_parallel_size;
+  const int64_t dcp = models.decode_context_parallel_size;
+  if (has_context_groups(tp, dcp)) {
+    for (int first = 0; first < ranks; first += static_cast<int>(dcp)) {
+      for (std::unique_ptr<Communicator>& comm : make_group(first, static_cast<int>(dcp)))
+        out.context_communicators.push_back(std::move(comm));
+    }
   }
   const auto place = [&](int r) {
-    return rank_place(models.tensor_parallel_size, models.decode_context_parallel_size, r,
-                      ranks > 1 ? out.communicators[r].get() : nullptr);
+    return rank_place(
+        tp, dcp, r, ranks > 1 ? out.communicators[r].get() : nullptr,
+        out.context_communicators.empty() ? nullptr : out.context_communicators[r].get());
   };
   for (int r = 0; r < ranks; ++r) {
     const CurrentDevice current(out.devices[r]);
@@ -202,11 +213,16 @@ void RankModels::allocate_caches(const KvCachePlan& plan) {
 
 EngineConfig RankModels::with_ranks(EngineConfig config) const {
   if (models.size() == 1) return config;
+  const auto context = [&](size_t r) {
+    return context_communicators.empty() ? nullptr : context_communicators[r].get();
+  };
   config.communicator = communicators[0].get();
+  config.context_communicator = context(0);
   for (size_t r = 1; r < models.size(); ++r) {
     config.other_ranks.push_back({.model = models[r].get(),
                                   .cache = &caches[r],
                                   .communicator = communicators[r].get(),
+                                  .context_communicator = context(r),
                                   .drafter = drafters.empty() ? nullptr : drafters[r].get()});
   }
   return config;

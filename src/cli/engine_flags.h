@@ -65,7 +65,9 @@ CacheConfig engine_cache_config(const EngineFlags& flags, const ModelConfig& tar
 // allocated from one plan.
 struct RankModels {
   std::vector<std::unique_ptr<Communicator>> communicators;  // with more than one rank
-  std::vector<Device> devices;                               // each rank's
+  // Each rank's in its DCP group, when DCP groups are smaller than the group of all ranks.
+  std::vector<std::unique_ptr<Communicator>> context_communicators;
+  std::vector<Device> devices;  // each rank's
   std::vector<std::unique_ptr<CausalLm>> models;
   std::vector<std::unique_ptr<Drafter>> drafters;  // with --speculative-config
   std::vector<KvCache> caches;

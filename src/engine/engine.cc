@@ -59,8 +59,11 @@ Engine::Engine(CausalLm& model, const KvCachePlan& plan, const KvCache& cache,
              drafter != nullptr ? drafter->config.num_speculative_tokens : 0) {
   if (drafter == nullptr) return;
   // Every rank drafts with its shard of the drafter.
-  std::vector<RankShard> ranks{
-      {.model = &model, .cache = &cache, .communicator = config.communicator, .drafter = drafter}};
+  std::vector<RankShard> ranks{{.model = &model,
+                                .cache = &cache,
+                                .communicator = config.communicator,
+                                .context_communicator = config.context_communicator,
+                                .drafter = drafter}};
   ranks.insert(ranks.end(), config.other_ranks.begin(), config.other_ranks.end());
   proposer_ = make_proposer(ranks, plan, ranks_.get(), config.enforce_eager);
 }
@@ -93,7 +96,8 @@ Engine::Engine(WithoutProposer, CausalLm& model, const KvCachePlan& plan, const 
   if (!config_.other_ranks.empty()) {
     PAGODA_CHECK(config_.communicator != nullptr,
                  "tensor-parallel ranks without rank 0's communicator");
-    ranks_ = std::make_unique<RankRunners>(config_.other_ranks, *config_.communicator, plan,
+    ranks_ = std::make_unique<RankRunners>(config_.other_ranks, *config_.communicator,
+                                           config_.context_communicator, plan,
                                            RunnerOptions{.enforce_eager = config.enforce_eager});
   }
 }

@@ -36,6 +36,7 @@ struct EngineConfig {
   // own model (rank 0), and the other ranks, each run on a thread of its own with the same step
   // inputs. Empty for one rank.
   Communicator* communicator = nullptr;
+  Communicator* context_communicator = nullptr;  // rank 0's in its DCP group, with DCP groups
   std::vector<RankShard> other_ranks;
 };
 

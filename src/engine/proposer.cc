@@ -93,7 +93,7 @@ std::vector<std::unique_ptr<ModelRunner>> rank_runners(std::span<const RankShard
         *models[r], plan, *ranks[r].cache,
         RunnerOptions{.first_layer = model_layers(plan),
                       .enforce_eager = enforce_eager,
-                      .context_rank = plan.context_parallel_size > 1 ? rank : 0}));
+                      .context_rank = rank % plan.context_parallel_size}));
   }
   return out;
 }

@@ -11,25 +11,29 @@ struct RankRunners::Rank {
       : index(index),
         device(rank_device(shard)),
         communicator(shard.communicator),
+        context_communicator(shard.context_communicator),
         runner(*shard.model, plan, *shard.cache, options) {}
 
   int64_t index;
   Device device;
   Communicator* communicator;
+  Communicator* context_communicator;
   ModelRunner runner;
   std::exception_ptr error;
   std::thread thread;
 };
 
 RankRunners::RankRunners(std::span<const RankShard> ranks, Communicator& own,
-                         const KvCachePlan& plan, const RunnerOptions& options)
-    : own_(own) {
+                         Communicator* own_context, const KvCachePlan& plan,
+                         const RunnerOptions& options)
+    : own_(own), own_context_(own_context) {
   for (size_t i = 0; i < ranks.size(); ++i) {
     const RankShard& shard = ranks[i];
     PAGODA_CHECK(shard.model != nullptr && shard.cache != nullptr && shard.communicator != nullptr,
                  "a tensor-parallel rank without its model, cache or communicator");
     RunnerOptions rank_options = options;
-    if (plan.context_parallel_size > 1) rank_options.context_rank = static_cast<int64_t>(i) + 1;
+    // Under DCP, its place in its DCP group (consecutive ranks).
+    rank_options.context_rank = static_cast<int64_t>(i + 1) % plan.context_parallel_size;
     const CurrentDevice current(rank_device(shard));  // the runner's buffers go there
     ranks_.push_back(
         std::make_unique<Rank>(shard, plan, rank_options, static_cast<int64_t>(i) + 1));
@@ -63,6 +67,7 @@ void RankRunners::work(Rank& rank) {
     } catch (...) {
       rank.error = std::current_exception();
       rank.communicator->abort();
+      if (rank.context_communicator != nullptr) rank.context_communicator->abort();
     }
     lock.lock();
     if (--pending_ == 0) done_.notify_one();
@@ -87,6 +92,7 @@ void RankRunners::run_all(const std::function<void(int64_t rank)>& body) {
     body(0);
   } catch (...) {
     own_.abort();
+    if (own_context_ != nullptr) own_context_->abort();
     finish(std::current_exception());  // rethrows
   }
   finish(nullptr);

@@ -29,6 +29,8 @@ struct RankShard {
   CausalLm* model = nullptr;
   const KvCache* cache = nullptr;
   Communicator* communicator = nullptr;
+  // Its DCP group's, when DCP groups are smaller than the group of all ranks.
+  Communicator* context_communicator = nullptr;
   Drafter* drafter = nullptr;
 };
 
@@ -38,10 +40,10 @@ Device rank_device(const RankShard& shard);
 class RankRunners {
  public:
   // A runner and a thread for each of `ranks` (ranks 1, 2, ...), over `plan`; `own` is the
-  // communicator of the caller's rank 0. Under decode context parallelism every rank is a DCP rank
-  // of the plan's group, in this order.
-  RankRunners(std::span<const RankShard> ranks, Communicator& own, const KvCachePlan& plan,
-              const RunnerOptions& options);
+  // communicator of the caller's rank 0 (and `own_context` its DCP group's, or null). Under decode
+  // context parallelism rank r is rank r mod M of its DCP group.
+  RankRunners(std::span<const RankShard> ranks, Communicator& own, Communicator* own_context,
+              const KvCachePlan& plan, const RunnerOptions& options);
   ~RankRunners();
   RankRunners(const RankRunners&) = delete;
   RankRunners& operator=(const RankRunners&) = delete;
@@ -67,6 +69,7 @@ class RankRunners {
   void finish(std::exception_ptr first);
 
   Communicator& own_;
+  Communicator* own_context_;
   std::vector<std::unique_ptr<Rank>> ranks_;
   std::mutex mutex_;
   std::condition_variable start_;

@@ -60,11 +60,11 @@ void check_context_parallel(int64_t tp_size, int64_t dcp_size, int64_t interleav
     fail("--decode-context-parallel-size {}: it must be 1 to 256", dcp_size);
   }
   if (interleave < 1) fail("--dcp-kv-cache-interleave-size {}: it must be at least 1", interleave);
-  if (dcp_size > 1 && tp_size > 1 && tp_size != dcp_size) {
+  if (dcp_size > 1 && tp_size > 1 && tp_size % dcp_size != 0) {
     fail(
-        "--decode-context-parallel-size {} with --tensor-parallel-size {}: DCP groups smaller "
-        "than the TP group are not supported yet; use DCP {} or TP 1",
-        dcp_size, tp_size, tp_size);
+        "--decode-context-parallel-size {} with --tensor-parallel-size {}: the DCP size must "
+        "divide the TP size (or TP be 1)",
+        dcp_size, tp_size);
   }
 }
 
@@ -72,12 +72,24 @@ int64_t world_size(int64_t tp_size, int64_t dcp_size) {
   return std::max(tp_size, dcp_size);
 }
 
-TensorParallel rank_place(int64_t tp_size, int64_t dcp_size, int64_t rank, Communicator* comm) {
+bool has_context_groups(int64_t tp_size, int64_t dcp_size) {
+  return dcp_size > 1 && dcp_size < world_size(tp_size, dcp_size);
+}
+
+TensorParallel rank_place(int64_t tp_size, int64_t dcp_size, int64_t rank, Communicator* comm,
+                          Communicator* context_comm) {
   PAGODA_CHECK(rank >= 0 && rank < world_size(tp_size, dcp_size), "rank {} of TP {} and DCP {}",
                rank, tp_size, dcp_size);
+  PAGODA_CHECK(!has_context_groups(tp_size, dcp_size) || context_comm != nullptr,
+               "rank {} of TP {} and DCP {} without its DCP group's communicator", rank, tp_size,
+               dcp_size);
   TensorParallel place{.rank = tp_size > 1 ? rank : 0, .size = tp_size};
   if (tp_size > 1) place.comm = comm;
-  if (dcp_size > 1) place.dcp = {.rank = rank, .size = dcp_size, .comm = comm};
+  if (dcp_size > 1) {
+    place.dcp = {.rank = rank % dcp_size,
+                 .size = dcp_size,
+                 .comm = has_context_groups(tp_size, dcp_size) ? context_comm : comm};
+  }
   return place;
 }
 

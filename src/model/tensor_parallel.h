@@ -10,8 +10,8 @@
 // only their share of its K/V. Each attention layer then attends its share with every query head
 // its DCP group computes (the ranks' q heads gathered, under TP), and the shares' outputs merge by
 // their log-sum-exps. The ranks of a DCP group hold the same KV heads: KV heads split over
-// tp.size / dcp.size groups instead of tp.size ranks. So far the DCP group is every rank: DCP
-// alone (weights whole on each rank) or with as many TP ranks.
+// tp.size / dcp.size groups instead of tp.size ranks: DCP alone (weights whole on each rank), with
+// as many TP ranks, or in groups of dcp.size consecutive TP ranks.
 #pragma once
 
 #include <cstdint>
@@ -65,15 +65,19 @@ HeadShard shard_heads(const LayerAttentionConfig& layer, const TensorParallel& t
 // evenly or divide `size`, and so do the MLP's inner size and the MoE experts.
 void check_tensor_parallel(const ModelConfig& config, int64_t size);
 // Error, naming the flag and the numbers, unless `dcp_size` context-parallel ranks combine with
-// `tp_size` tensor-parallel ones: 1 to 256 of them, and every rank of the group (TP 1, or TP of
-// the same size). `interleave` must be positive (that it divides the block size is the KV plan's
-// check).
+// `tp_size` tensor-parallel ones: 1 to 256 of them, with TP 1 or a TP size they divide.
+// `interleave` must be positive (that it divides the block size is the KV plan's check).
 void check_context_parallel(int64_t tp_size, int64_t dcp_size, int64_t interleave);
 // The ranks a run holds: the larger of the two sizes.
 int64_t world_size(int64_t tp_size, int64_t dcp_size);
-// Rank `rank`'s place among world_size(tp_size, dcp_size) ranks that share one communicator group
-// (`comm` is the rank's; null for one rank).
-TensorParallel rank_place(int64_t tp_size, int64_t dcp_size, int64_t rank, Communicator* comm);
+// Whether the DCP groups are smaller than the group of all ranks (DCP dividing a larger TP size):
+// ranks [g·dcp, (g+1)·dcp) then form DCP group g, with a communicator of their own.
+bool has_context_groups(int64_t tp_size, int64_t dcp_size);
+// Rank `rank`'s place among world_size(tp_size, dcp_size) ranks: `comm` is its communicator in the
+// group of all ranks (null for one rank), `context_comm` in its DCP group when
+// has_context_groups().
+TensorParallel rank_place(int64_t tp_size, int64_t dcp_size, int64_t rank, Communicator* comm,
+                          Communicator* context_comm = nullptr);
 
 // `config` with every layer's heads as one rank of `tp_size` TP and `dcp_size` DCP ranks runs its
 // attention (its KV heads, and the q heads it attends with: its DCP group's under both): what that

@@ -401,7 +401,8 @@ TEST(GenerateCliTest, ParallelRanksPrintWhatOneRankPrints) {
   for (const std::string split :
        {"--tensor-parallel-size 2", "--tensor-parallel-size 4", "--decode-context-parallel-size 2",
         "--tensor-parallel-size 2 --decode-context-parallel-size 2 "
-        "--dcp-kv-cache-interleave-size 4"}) {
+        "--dcp-kv-cache-interleave-size 4",
+        "--tensor-parallel-size 4 --decode-context-parallel-size 2"}) {
     const CliRun many = run_generate(args + " " + split);
     ASSERT_EQ(many.exit_code, 0) << many.err;
     const nlohmann::json a = nlohmann::json::parse(one.out);
@@ -424,8 +425,8 @@ TEST(GenerateCliTest, ParallelRanksPrintWhatOneRankPrints) {
        "tensor-parallel-size"},
       {"generate --model " + std::string(PAGODA_SOURCE_DIR) +
            "/tests/fixtures/llama-tiny --prompt-ids 1,2 --tensor-parallel-size 4 "
-           "--decode-context-parallel-size 2",
-       "DCP groups smaller than the TP group are not supported yet"},
+           "--decode-context-parallel-size 3",
+       "the DCP size must divide the TP size"},
       {"generate --model " + std::string(PAGODA_SOURCE_DIR) +
            "/tests/fixtures/llama-tiny --prompt-ids 1,2 --decode-context-parallel-size 2 "
            "--dcp-kv-cache-interleave-size 3",

@@ -23,6 +23,7 @@ using namespace pagoda::testing;
 struct Ranks {
   ModelConfig config;
   std::vector<std::unique_ptr<Communicator>> communicators;
+  std::vector<std::unique_ptr<Communicator>> context_communicators;  // with DCP groups
   std::vector<std::unique_ptr<CausalLm>> models;
   std::vector<std::unique_ptr<Drafter>> drafters;  // with a drafter, each rank's shard
   KvCachePlan plan;                                // every rank's
@@ -46,8 +47,18 @@ std::unique_ptr<Ranks> load_ranks(const std::string& name, const Split& split,
   out->config = load_model_config(checkpoint_dir(name));
   const int ranks = static_cast<int>(world_size(split.tp, split.dcp));
   if (ranks > 1) out->communicators = make_cpu_group(ranks);
+  if (has_context_groups(split.tp, split.dcp)) {
+    for (int first = 0; first < ranks; first += split.dcp) {
+      for (std::unique_ptr<Communicator>& comm : make_cpu_group(split.dcp))
+        out->context_communicators.push_back(std::move(comm));
+    }
+  }
+  const auto context = [&](size_t r) {
+    return out->context_communicators.empty() ? nullptr : out->context_communicators[r].get();
+  };
   const auto place = [&](int r) {
-    return rank_place(split.tp, split.dcp, r, ranks > 1 ? out->communicators[r].get() : nullptr);
+    return rank_place(split.tp, split.dcp, r, ranks > 1 ? out->communicators[r].get() : nullptr,
+                      context(r));
   };
   std::optional<ModelConfig> drafter_config;
   if (!drafter.empty()) {
@@ -99,12 +110,17 @@ std::vector<Request> run(Ranks& ranks, const std::vector<GenerationRequest>& req
                       .max_model_len = ranks.plan.max_model_len,
                       .eos_token_ids = ranks.config.eos_token_ids,
                       .scheduler = scheduler};
+  const auto context = [&](size_t r) {
+    return ranks.context_communicators.empty() ? nullptr : ranks.context_communicators[r].get();
+  };
   if (!ranks.communicators.empty()) config.communicator = ranks.communicators[0].get();
+  config.context_communicator = context(0);
   for (size_t r = 1; r < ranks.models.size(); ++r) {
     config.other_ranks.push_back(
         {.model = ranks.models[r].get(),
          .cache = &ranks.caches[r],
          .communicator = ranks.communicators[r].get(),
+         .context_communicator = context(r),
          .drafter = ranks.drafters.empty() ? nullptr : ranks.drafters[r].get()});
   }
   return generate(*ranks.models[0], ranks.plan, ranks.caches[0], config, requests, stats,
@@ -166,6 +182,8 @@ class ParallelTest : public ::testing::TestWithParam<Case> {};
 // - gemma4-tiny's later layers read earlier layers' caches (KV sharing, under DCP their sources'
 //   shares), its full layers have K = V, its per-layer inputs stay whole; its sliding layers (and
 //   mimo-tiny's, kjv-gemma4's) see windows that start inside another rank's share.
+// - TP 4 x DCP 2: two DCP groups of two consecutive ranks, each with its own communicator and
+//   its own share of the KV heads, gathering its q heads within the group.
 // - MoE (gemma4-noshare-tiny's 4 experts beside a dense MLP, mimo-tiny's 8 sigmoid-routed ones
 //   beside dense layers): each rank runs its experts, whole, on the tokens routed to them.
 TEST_P(ParallelTest, MatchesOneRank) {
@@ -201,7 +219,9 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"qwen3-tiny", {.tp = 2, .dcp = 2}}, Case{"gemma4-tiny", {.tp = 2, .dcp = 2}},
         Case{"gemma4-tiny", {.tp = 4, .dcp = 4}}, Case{"gemma4-noshare-tiny", {.tp = 2}},
         Case{"mimo-tiny", {.tp = 2}}, Case{"mimo-tiny", {.tp = 4}},
-        Case{"mimo-tiny", {.tp = 2, .dcp = 2}}),
+        Case{"mimo-tiny", {.tp = 2, .dcp = 2}}, Case{"llama-tiny", {.tp = 4, .dcp = 2}},
+        Case{"qwen3-tiny", {.tp = 4, .dcp = 2, .interleave = 2}},
+        Case{"gemma4-tiny", {.tp = 4, .dcp = 2}}),
     [](const auto& info) { return test_name({info.param.fixture}, info.param.split); });
 
 struct SpecCase {
@@ -248,6 +268,8 @@ INSTANTIATE_TEST_SUITE_P(
                       SpecCase{"mimo-tiny", "qwen3-tiny", {.tp = 2}},
                       SpecCase{"gemma4-tiny", "gemma4-assistant-tiny", {.tp = 2}},
                       SpecCase{"gemma4-tiny", "gemma4-assistant-tiny", {.tp = 2, .dcp = 2}},
+                      SpecCase{"llama-tiny", "llama-tiny", {.tp = 4, .dcp = 2}},
+                      SpecCase{"gemma4-tiny", "gemma4-assistant-tiny", {.tp = 4, .dcp = 2}},
                       SpecCase{"kjv-gemma4", "kjv-gemma4-assistant", {.dcp = 2, .interleave = 2}}),
     [](const auto& info) {
       return test_name({info.param.target, info.param.drafter}, info.param.split);
@@ -326,10 +348,10 @@ TEST(ContextParallelConfigTest, RefusesWhatDoesNotCombine) {
   };
   EXPECT_EQ(message([] { check_context_parallel(1, 2, 1); }), "");
   EXPECT_EQ(message([] { check_context_parallel(4, 4, 3); }), "");
-  EXPECT_NE(message([] {
-              check_context_parallel(4, 2, 1);
-            }).find("DCP groups smaller than the TP group are not supported yet"),
-            std::string::npos);
+  EXPECT_EQ(message([] { check_context_parallel(4, 2, 1); }), "");
+  EXPECT_NE(
+      message([] { check_context_parallel(4, 3, 1); }).find("the DCP size must divide the TP size"),
+      std::string::npos);
   EXPECT_NE(message([] {
               check_context_parallel(1, 0, 1);
             }).find("--decode-context-parallel-size 0: it must be 1 to 256"),
