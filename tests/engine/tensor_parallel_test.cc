@@ -221,7 +221,9 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"mimo-tiny", {.tp = 2}}, Case{"mimo-tiny", {.tp = 4}},
         Case{"mimo-tiny", {.tp = 2, .dcp = 2}}, Case{"llama-tiny", {.tp = 4, .dcp = 2}},
         Case{"qwen3-tiny", {.tp = 4, .dcp = 2, .interleave = 2}},
-        Case{"gemma4-tiny", {.tp = 4, .dcp = 2}}),
+        Case{"gemma4-tiny", {.tp = 4, .dcp = 2}}, Case{"gemma4-noshare-tiny", {.tp = 2, .dcp = 2}},
+        Case{"kjv-gemma4", {.tp = 2}}, Case{"kjv-gemma4", {.tp = 4}},
+        Case{"kjv-gemma4", {.tp = 2, .dcp = 2}}),
     [](const auto& info) { return test_name({info.param.fixture}, info.param.split); });
 
 struct SpecCase {
