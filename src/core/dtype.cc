@@ -1,7 +1,10 @@
 #include "core/dtype.h"
 
+#include <algorithm>
 #include <bit>
+#include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "core/error.h"
 
@@ -20,6 +23,7 @@ int64_t dtype_size(DType dtype) {
     case DType::kI64:
       return 8;
     case DType::kU8:
+    case DType::kF8E4M3:
       return 1;
   }
   PAGODA_CHECK(false, "unknown dtype {}", static_cast<int>(dtype));
@@ -39,6 +43,8 @@ std::string_view dtype_name(DType dtype) {
       return "int64";
     case DType::kU8:
       return "uint8";
+    case DType::kF8E4M3:
+      return "float8_e4m3";
   }
   PAGODA_CHECK(false, "unknown dtype {}", static_cast<int>(dtype));
 }
@@ -55,7 +61,13 @@ DType parse_dtype(std::string_view name) {
   if (name == "int32" || name == "i32") return DType::kI32;
   if (name == "int64" || name == "i64") return DType::kI64;
   if (name == "uint8" || name == "u8") return DType::kU8;
-  fail("unknown dtype '{}'; expected one of float32, float16, bfloat16, int32, int64, uint8", name);
+  if (name == "float8_e4m3" || name == "float8_e4m3fn" || name == "fp8" || name == "e4m3") {
+    return DType::kF8E4M3;
+  }
+  fail(
+      "unknown dtype '{}'; expected one of float32, float16, bfloat16, float8_e4m3, int32, int64, "
+      "uint8",
+      name);
 }
 
 float f16_to_f32(uint16_t bits) {
@@ -108,6 +120,38 @@ uint16_t f32_to_f16(float value) {
   rebased >>= 13;
   if (remainder > 0x1000u || (remainder == 0x1000u && (rebased & 1u))) ++rebased;
   return static_cast<uint16_t>(sign | rebased);
+}
+
+float e4m3_to_f32(uint8_t bits) {
+  const float sign = (bits & 0x80u) != 0 ? -1.0f : 1.0f;
+  const int exponent = (bits >> 3) & 0xf;
+  const int mantissa = bits & 0x7;
+  if (exponent == 0xf && mantissa == 0x7) return std::numeric_limits<float>::quiet_NaN();
+  // Subnormals are mantissa / 8 * 2^-6; normals (1 + mantissa / 8) * 2^(exponent - 7).
+  if (exponent == 0) return sign * std::ldexp(static_cast<float>(mantissa), -9);
+  return sign * std::ldexp(static_cast<float>(8 + mantissa), exponent - 10);
+}
+
+uint8_t f32_to_e4m3(float value) {
+  if (std::isnan(value)) return 0x7f;
+  const uint8_t sign = std::signbit(value) ? 0x80u : 0x00u;
+  const float magnitude = std::fabs(value);
+  if (magnitude >= kE4m3Max) return sign | 0x7e;  // saturates, infinity included
+  // The spacing of representable values around `magnitude`: 2^-9 among subnormals (below 2^-6),
+  // else 2^(e - 3) in the binade [2^e, 2^(e+1)). Rounding to a multiple of it is exact in f32, and
+  // std::nearbyint rounds halves to even in the default rounding mode.
+  int binade = 0;
+  std::frexp(magnitude, &binade);  // magnitude in [2^(binade-1), 2^binade)
+  const int unit_exponent = std::max(binade - 1, -6) - 3;
+  const float units = std::nearbyint(std::ldexp(magnitude, -unit_exponent));
+  // units * 2^unit_exponent; a carry to the next binade is still the right pattern below.
+  const float rounded = std::ldexp(units, unit_exponent);
+  if (rounded == 0.0f) return sign;
+  if (rounded < 0x1p-6f) return sign | static_cast<uint8_t>(units);  // subnormal
+  int e = 0;
+  const float fraction = std::frexp(rounded, &e);  // rounded = fraction * 2^e, fraction in [0.5, 1)
+  const int mantissa = static_cast<int>(fraction * 16.0f) - 8;
+  return sign | static_cast<uint8_t>((e - 1 + 7) << 3 | mantissa);
 }
 
 }  // namespace pagoda

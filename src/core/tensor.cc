@@ -60,6 +60,8 @@ uint64_t fill_pattern(DType dtype, double value) {
       return f32_to_f16(static_cast<float>(value));
     case DType::kBF16:
       return f32_to_bf16(static_cast<float>(value));
+    case DType::kF8E4M3:
+      return f32_to_e4m3(static_cast<float>(value));
     case DType::kI32:
     case DType::kI64:
     case DType::kU8: {

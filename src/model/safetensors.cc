@@ -109,7 +109,9 @@ DType parse_safetensors_dtype(const std::string& name) {
   if (name == "I64") return DType::kI64;
   if (name == "I32") return DType::kI32;
   if (name == "U8") return DType::kU8;
-  fail("dtype '{}' is not supported; pagoda loads F32, F16, BF16, I64, I32 and U8 tensors", name);
+  if (name == "F8_E4M3") return DType::kF8E4M3;
+  fail("dtype '{}' is not supported; pagoda loads F32, F16, BF16, F8_E4M3, I64, I32 and U8 tensors",
+       name);
 }
 
 SafetensorsFile SafetensorsFile::open(const std::string& path) {

@@ -5,6 +5,8 @@
 #include <bit>
 #include <cmath>
 #include <limits>
+#include <utility>
+#include <vector>
 
 #include "core/error.h"
 
@@ -78,6 +80,47 @@ TEST(DTypeTest, BFloat16) {
     if (std::isnan(value)) continue;
     ASSERT_EQ(f32_to_bf16(value), bits);
   }
+}
+
+// e4m3 against its definition: the 126 finite positive values are m / 8 * 2^-6 (exponent field
+// 0) and (1 + m / 8) * 2^(e - 7) for e in 1..15 (except e = 15, m = 7, which is NaN).
+TEST(DTypeTest, E4m3) {
+  std::vector<std::pair<float, uint8_t>> finite;  // positive values and their patterns
+  for (int bits = 0; bits < 0x7f; ++bits) {
+    const int e = bits >> 3;
+    const int m = bits & 7;
+    const float expected = e == 0 ? std::ldexp(m / 8.0f, -6) : std::ldexp(1.0f + m / 8.0f, e - 7);
+    ASSERT_EQ(e4m3_to_f32(static_cast<uint8_t>(bits)), expected) << bits;
+    ASSERT_EQ(e4m3_to_f32(static_cast<uint8_t>(bits | 0x80)), -expected) << bits;
+    finite.push_back({expected, static_cast<uint8_t>(bits)});
+    // Every finite pattern survives the round trip (negative zero included).
+    ASSERT_EQ(f32_to_e4m3(expected), bits);
+    ASSERT_EQ(f32_to_e4m3(-expected), bits | 0x80);
+  }
+  EXPECT_EQ(finite.back().first, kE4m3Max);
+  EXPECT_TRUE(std::isnan(e4m3_to_f32(0x7f)));
+  EXPECT_TRUE(std::isnan(e4m3_to_f32(0xff)));
+  EXPECT_EQ(f32_to_e4m3(std::nanf("")) & 0x7f, 0x7f);
+  // Saturation: past the largest value, and the infinities.
+  EXPECT_EQ(f32_to_e4m3(1e6f), 0x7e);
+  EXPECT_EQ(f32_to_e4m3(-std::numeric_limits<float>::infinity()), 0xfe);
+  EXPECT_EQ(f32_to_e4m3(460.0f), 0x7e);
+  // Every value between two neighbours goes to the nearer one; exact halves to the even pattern.
+  for (size_t i = 0; i + 1 < finite.size(); ++i) {
+    const auto [low, low_bits] = finite[i];
+    const auto [high, high_bits] = finite[i + 1];
+    ASSERT_EQ(f32_to_e4m3(low + (high - low) * 0.25f), low_bits);
+    ASSERT_EQ(f32_to_e4m3(low + (high - low) * 0.75f), high_bits);
+    const uint8_t even = (low_bits & 1) == 0 ? low_bits : high_bits;
+    ASSERT_EQ(f32_to_e4m3(low + (high - low) * 0.5f), even) << low << " " << high;
+  }
+  // Below half the smallest subnormal (2^-9) rounds to zero; at it, to even (zero).
+  EXPECT_EQ(f32_to_e4m3(std::ldexp(1.0f, -11)), 0x00);
+  EXPECT_EQ(f32_to_e4m3(std::ldexp(1.0f, -10)), 0x00);
+  EXPECT_EQ(f32_to_e4m3(std::ldexp(1.5f, -10)), 0x01);
+  EXPECT_EQ(parse_dtype("float8_e4m3fn"), DType::kF8E4M3);
+  EXPECT_EQ(dtype_size(DType::kF8E4M3), 1);
+  EXPECT_FALSE(is_floating(DType::kF8E4M3));
 }
 
 }  // namespace

@@ -31,6 +31,8 @@ float load_float(const std::byte* element, DType dtype) {
       std::memcpy(&bits, element, 2);
       return dtype == DType::kF16 ? f16_to_f32(bits) : bf16_to_f32(bits);
     }
+    case DType::kF8E4M3:
+      return e4m3_to_f32(static_cast<uint8_t>(*element));
     default:
       PAGODA_CHECK(false, "load_float of {}", dtype_name(dtype));
   }
@@ -51,6 +53,9 @@ void store_float(std::byte* element, DType dtype, float value) {
       std::memcpy(element, &bits, 2);
       return;
     }
+    case DType::kF8E4M3:
+      *element = static_cast<std::byte>(f32_to_e4m3(value));
+      return;
     default:
       PAGODA_CHECK(false, "store_float of {}", dtype_name(dtype));
   }
