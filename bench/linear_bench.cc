@@ -2,7 +2,8 @@
 // x[M, K] · weight[N, K]ᵀ through cuBLASLt and, for M <= kMaxGemvRows, through our matrix-vector
 // kernel. Each is timed in a CUDA graph, as decode steps run it. Reports the median time and the
 // weight bytes it streams over that time, against the device-to-device copy bandwidth measured
-// here. Several weight copies rotate so the L2 cache never holds the one being read.
+// here. Several weight copies rotate so the L2 cache never holds the one being read. A second table
+// times FP8 weights against the bf16 ones.
 #include <cuda_runtime.h>
 #include <fmt/core.h>
 
@@ -66,6 +67,35 @@ void run() {
                                              : std::string("- | -");
       fmt::print("| {} | {} x {} | {} | {:.1f} | {:.1f}% | {} |\n", c.name, c.n, c.k, m, ms * 1e3,
                  100.0 * bytes / (ms * 1e-3) / copy, gemv_columns);
+    }
+  }
+  // The same shapes with FP8 weights in 128 x 128 blocks: the matrix-vector kernel up to
+  // kMaxFp8GemvRows rows (bytes: a byte a weight and the scales), a dequantized bf16 copy through
+  // cuBLASLt beyond it (the time includes the dequantization).
+  fmt::print(
+      "\nFP8 weights (128 x 128 blocks)\n\n"
+      "| GEMM | N x K | M | fp8 µs | % of copy | ÷ best bf16 time |\n"
+      "|---|---|---:|---:|---:|---:|\n");
+  for (const Case& c : cases) {
+    const int64_t bytes = c.n * c.k + (c.n + 127) / 128 * ((c.k + 127) / 128) * 4;
+    const int copies = static_cast<int>(std::clamp<int64_t>((int64_t{1} << 30) / bytes, 2, 8));
+    std::vector<Weight> weights;
+    std::vector<Tensor> dense;
+    for (int i = 0; i < copies; ++i) {
+      const Tensor host = random_bf16({c.n, c.k}, rng).to(Device::cpu());
+      weights.push_back(quantize_fp8(host, 128, 128).to(gpu));
+      dense.push_back(host.to(gpu));
+    }
+    for (int64_t m : {1, 2, 4, 5, 8, 16, 64}) {
+      const Tensor x = random_bf16({m, c.k}, rng);
+      const DType out_dtype = std::string(c.name) == "lm_head" ? DType::kF32 : DType::kBF16;
+      const Tensor out = Tensor::empty({m, c.n}, out_dtype, gpu);
+      const double ms = bench::graph_median_ms(
+          7, 20, [&](int i) { cuda::fp8_linear(x, weights[i % copies], out); });
+      const double bf16_ms =
+          bench::graph_median_ms(7, 20, [&](int i) { cuda::linear(x, dense[i % copies], out); });
+      fmt::print("| {} | {} x {} | {} | {:.1f} | {:.1f}% | {:.2f} |\n", c.name, c.n, c.k, m,
+                 ms * 1e3, 100.0 * bytes / (ms * 1e-3) / copy, ms / bf16_ms);
     }
   }
 }

@@ -55,12 +55,12 @@ void embedding(const Tensor& table, const std::vector<int32_t>& ids, const Tenso
       PAGODA_GPU(cuda::embedding(table, device_ids, scale, out)));
 }
 
-Tensor linear(const Tensor& x, const Tensor& weight) {
+Tensor linear(const Tensor& x, const Weight& weight) {
   return linear(x, weight, x.dtype());
 }
 
-Tensor linear(const Tensor& x, const Tensor& weight, DType out_dtype) {
-  Tensor out = Tensor::uninitialized({x.size(0), weight.size(0)}, out_dtype, x.device());
+Tensor linear(const Tensor& x, const Weight& weight, DType out_dtype) {
+  Tensor out = Tensor::uninitialized({x.size(0), weight.rows()}, out_dtype, x.device());
   dispatch(
       x, [&] { cpu::linear(x, weight, out); }, PAGODA_GPU(cuda::linear(x, weight, out)));
   return out;

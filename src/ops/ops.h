@@ -11,6 +11,7 @@
 #include "ops/activation.h"
 #include "ops/norm_params.h"
 #include "ops/sampling_row.h"
+#include "ops/weight.h"
 
 namespace pagoda::ops {
 
@@ -25,9 +26,10 @@ Tensor like(const Tensor& x, const Shape& shape);
 void embedding(const Tensor& table, const std::vector<int32_t>& ids, const Tensor& device_ids,
                float scale, const Tensor& out);
 
-// [rows, N] = x[rows, K] · weight[N, K]ᵀ, in x's dtype, or f32 with `out_dtype`.
-Tensor linear(const Tensor& x, const Tensor& weight);
-Tensor linear(const Tensor& x, const Tensor& weight, DType out_dtype);
+// [rows, N] = x[rows, K] · weight[N, K]ᵀ, in x's dtype, or f32 with `out_dtype`. An FP8 weight is
+// dequantized by its scales; activations stay in their dtype.
+Tensor linear(const Tensor& x, const Weight& weight);
+Tensor linear(const Tensor& x, const Weight& weight, DType out_dtype);
 
 void rms_norm(const Tensor& x, const Tensor& weight, float eps, float weight_offset,
               const Tensor& out);

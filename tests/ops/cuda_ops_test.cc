@@ -439,6 +439,54 @@ TEST(CudaOpsTest, GemvMatchesCpuAndWritesEveryElement) {
   }
 }
 
+// FP8 weights against the CPU's exact product with the dequantized weight: the matrix-vector
+// kernel for 1 to kMaxFp8GemvRows rows, the dequantized bf16 copy through cuBLASLt beyond, in
+// 128 x 128 blocks, per-row groups (1 x 128) and one scale per tensor, with partial blocks (N and K
+// not multiples of 128) and K's four parts uneven. Row 0 of each weight holds one large value and
+// the rest 2^-10 of the usual, so its first 128 columns are e4m3 subnormals, which must not be
+// flushed.
+TEST(CudaOpsTest, Fp8LinearMatchesTheDequantizedProduct) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  std::mt19937 rng(17);
+  for (const auto& [n, k] :
+       {std::pair{4096, 4096}, std::pair{1000, 2064}, std::pair{33, 14336}, std::pair{17, 208}}) {
+    const Tensor w = random_tensor({n, k}, rng);
+    w.data<float>()[0] = 100.0f;
+    for (int64_t c = 1; c < k; ++c)
+      w.data<float>()[c] *= 0x1p-10f;
+    for (const auto& [block_rows, block_cols] :
+         {std::pair<int64_t, int64_t>{128, 128}, std::pair<int64_t, int64_t>{1, 128},
+          std::pair<int64_t, int64_t>{n, k}}) {
+      const Weight host = quantize_fp8(w, block_rows, block_cols);
+      int subnormal = 0;  // in row 0's first group
+      for (int64_t c = 0; c < 128; ++c)
+        subnormal += (host.values.data<uint8_t>()[c] & 0x78) == 0;
+      ASSERT_GT(subnormal, 100);
+      const Weight device = host.to(Device::cuda(0));
+      for (int64_t m : {1, 2, 3, 5, 8, 9, 64}) {
+        const Tensor x = rounded(random_tensor({m, k}, rng), DType::kBF16);
+        Tensor ref = Tensor::empty({m, n}, DType::kF32);
+        cpu::linear(x, host, ref);
+        const Tensor device_x = to_cuda(x, DType::kBF16);
+        for (DType out_dtype : kActivationDtypes) {
+          const Tensor out = poisoned({m, n}, out_dtype);
+          cuda::linear(device_x, device, out);
+          // Past the GEMV, cuBLASLt reads the weight rounded to bf16.
+          const double limit = out_dtype == DType::kBF16 || m > cuda::kMaxFp8GemvRows ? 4e-3 : 1e-4;
+          EXPECT_LE(relative_error(to_host_f32(out), ref), limit)
+              << "M " << m << " N " << n << " K " << k << " blocks " << block_rows << " x "
+              << block_cols;
+        }
+      }
+    }
+  }
+  // A K the 16-byte loads cannot read is an error, not a wrong answer.
+  const Weight odd = quantize_fp8(random_tensor({8, 24}, rng), 8, 8).to(Device::cuda(0));
+  EXPECT_THROW(cuda::linear(to_cuda(random_tensor({1, 24}, rng), DType::kBF16), odd,
+                            Tensor::empty({1, 8}, DType::kF32, Device::cuda(0))),
+               Error);
+}
+
 // The assistant's centroid-masked head: the same tokens kept per row (ties in the scores included),
 // their logits, and every other token at the smallest of them minus one.
 TEST(CudaOpsTest, CentroidMaskedLogitsMatchCpu) {

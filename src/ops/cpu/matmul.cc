@@ -24,7 +24,9 @@ void sgemm(int64_t m, int64_t n, int64_t k, const float* x, const float* weight,
 
 constexpr int64_t kTileElements = int64_t{1} << 20;  // 4 MiB of f32 per widened tile
 
-void widen_rows(const Tensor& weight, int64_t first_row, int64_t rows, float* out) {
+void widen_rows(const Weight& quantized, int64_t first_row, int64_t rows, float* out) {
+  if (quantized.quantized()) return dequantize_rows(quantized, first_row, rows, out);
+  const Tensor& weight = quantized.values;
   const int64_t k = weight.size(1);
   const uint16_t* source = weight.data<uint16_t>() + first_row * k;
   const bool bf16 = weight.dtype() == DType::kBF16;
@@ -41,7 +43,8 @@ void widen_rows(const Tensor& weight, int64_t first_row, int64_t rows, float* ou
 
 }  // namespace
 
-void linear(const Tensor& x, const Tensor& weight, const Tensor& out) {
+void linear(const Tensor& x, const Weight& quantized, const Tensor& out) {
+  const Tensor& weight = quantized.values;
   PAGODA_CHECK(x.dim() == 2 && weight.dim() == 2 && out.dim() == 2, "linear needs 2-D tensors");
   const int64_t m = x.size(0);
   const int64_t k = x.size(1);
@@ -56,14 +59,15 @@ void linear(const Tensor& x, const Tensor& weight, const Tensor& out) {
     sgemm(m, n, k, x.data<float>(), weight.data<float>(), out.data<float>(), n);
     return;
   }
-  PAGODA_CHECK(weight.dtype() == DType::kBF16 || weight.dtype() == DType::kF16,
+  PAGODA_CHECK(weight.dtype() == DType::kBF16 || weight.dtype() == DType::kF16 ||
+                   (weight.dtype() == DType::kF8E4M3 && quantized.quantized()),
                "linear weight dtype {}", dtype_name(weight.dtype()));
   const int64_t tile_rows =
       std::max<int64_t>(1, std::min(n, kTileElements / std::max<int64_t>(k, 1)));
   std::vector<float> tile(tile_rows * k);
   for (int64_t row = 0; row < n; row += tile_rows) {
     const int64_t rows = std::min(tile_rows, n - row);
-    widen_rows(weight, row, rows, tile.data());
+    widen_rows(quantized, row, rows, tile.data());
     sgemm(m, rows, k, x.data<float>(), tile.data(), out.data<float>() + row, n);
   }
 }

@@ -293,7 +293,9 @@ float median_ms(Body&& body) {
 
 // For a few rows, the faster of the matrix-vector kernel and cuBLASLt, timed once per shape on
 // the first call (outside graph capture; a shape first seen while capturing takes cuBLASLt).
-void linear(const Tensor& x, const Tensor& weight, const Tensor& out) {
+void linear(const Tensor& x, const Weight& quantized, const Tensor& out) {
+  if (quantized.quantized()) return fp8_linear(x, quantized, out);
+  const Tensor& weight = quantized.values;
   if (!gemv_applies(x, weight, out)) return cublaslt_linear(x, weight, out);
   static std::array<std::unordered_map<PlanKey, bool, PlanKeyHash>, kMaxDevices> device_choices;
   const PlanKey key{x.size(0),

@@ -10,6 +10,7 @@
 #include "ops/activation.h"
 #include "ops/norm_params.h"
 #include "ops/sampling_row.h"
+#include "ops/weight.h"
 
 namespace pagoda::cuda {
 
@@ -56,8 +57,9 @@ void norm_rope(const RmsNormParams& norm, const Tensor& inverse_frequencies, int
 
 // out[M, N] = x[M, K] · weight[N, K]ᵀ with f32 accumulation. x and weight are bf16 with unit
 // inner stride; out is bf16 or f32, contiguous. Few rows may take the matrix-vector kernel below
-// when it is the faster; the rest go through cuBLASLt (cublaslt_linear).
-void linear(const Tensor& x, const Tensor& weight, const Tensor& out);
+// when it is the faster; the rest go through cuBLASLt (cublaslt_linear). An FP8 weight takes
+// fp8_linear.
+void linear(const Tensor& x, const Weight& weight, const Tensor& out);
 void cublaslt_linear(const Tensor& x, const Tensor& weight, const Tensor& out);
 
 // linear() for at most kMaxGemvRows rows of x as matrix-vector products (the weight read once,
@@ -66,6 +68,15 @@ void cublaslt_linear(const Tensor& x, const Tensor& weight, const Tensor& out);
 constexpr int64_t kMaxGemvRows = 4;
 bool gemv_applies(const Tensor& x, const Tensor& weight, const Tensor& out);
 void gemv(const Tensor& x, const Tensor& weight, const Tensor& out);
+
+// linear() with an FP8 weight (K and block_cols multiples of 16, 16-byte aligned rows): up to
+// kMaxFp8GemvRows rows of x as matrix-vector products that apply the block scales in registers,
+// more through cuBLASLt on a bf16 scratch copy from dequantize(). Throws Error for a weight it
+// cannot read.
+constexpr int64_t kMaxFp8GemvRows = 8;
+void fp8_linear(const Tensor& x, const Weight& weight, const Tensor& out);
+// The bf16 matrix an FP8 weight stands for, in a new tensor on its device.
+Tensor dequantize(const Weight& weight);
 
 // ids[r] = the token sample_token() picks from logits row r with rows[r]'s parameters and draw
 // (a greedy row's argmax, the lowest id among equal maxima), and logprobs[r] its log-probability

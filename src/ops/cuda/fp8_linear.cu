@@ -1,0 +1,244 @@
+// linear() with an FP8 (e4m3) weight and its block scales. Up to kMaxFp8GemvRows rows of x take a
+// matrix-vector kernel shaped like the bf16 one (gemv.cu): each 16-byte load brings 16 weights of
+// one row, which are widened in registers (once, for every row of x), dotted with x's 16 bf16
+// values and scaled by their block's scale, so the weight streams from memory once at one byte an
+// element. More rows
+// dequantize the weight into a bf16 scratch matrix and take cuBLASLt.
+#include <cuda_bf16.h>
+#include <cuda_fp8.h>
+
+#include "core/cuda/context.h"
+#include "core/cuda/launch.h"
+#include "core/fast_divisor.h"
+#include "ops/cuda/gemv_common.cuh"
+#include "ops/cuda/ops.h"
+
+namespace pagoda::cuda {
+namespace {
+
+using bf16 = __nv_bfloat16;
+using namespace gemv_shape;
+
+constexpr int kPiece = 16;  // weights per 16-byte load
+
+// Four e4m3 weights (one 32-bit word) as floats: e4m3 pairs to f16 pairs, then f32, both exact.
+// (Building bf16 pairs with integer instructions instead, and widening them by shifts, measured
+// 5-15% slower at one row of x.)
+__device__ __forceinline__ void widen4(uint32_t word, float (&out)[4]) {
+  const __half2_raw lo =
+      __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(word & 0xffffu), __NV_E4M3);
+  const __half2_raw hi =
+      __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(word >> 16), __NV_E4M3);
+  const float2 a = __half22float2(__half2(lo));
+  const float2 b = __half22float2(__half2(hi));
+  out[0] = a.x;
+  out[1] = a.y;
+  out[2] = b.x;
+  out[3] = b.y;
+}
+
+// 16 bf16 values of x (two 16-byte pieces) as floats.
+__device__ __forceinline__ void widen_x(const bf16* x, float (&out)[kPiece]) {
+  const uint4 lo = *reinterpret_cast<const uint4*>(x);
+  const uint4 hi = *reinterpret_cast<const uint4*>(x + 8);
+  const uint32_t words[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    out[2 * i] = __uint_as_float(words[i] << 16);
+    out[2 * i + 1] = __uint_as_float(words[i] & 0xffff0000u);
+  }
+}
+
+struct Fp8Args {
+  const bf16* x;
+  int64_t x_stride;
+  const uint8_t* weight;
+  int64_t w_stride;
+  const float* scales;  // [ceil(n / block_rows), scale_cols]
+  int scale_cols;
+  FastDivisor block_rows;
+  FastDivisor block_pieces;  // block_cols / kPiece: a piece's scale column (an integer division
+                             // per piece would cost a fifth of the kernel's instructions)
+  int n;
+  int k;
+};
+
+template <int kM, typename Out>
+__global__ void __launch_bounds__(kWarpsPerBlock * 32) fp8_gemv_kernel(Fp8Args args, Out* out) {
+  const int warp = threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  const int part = warp % kSplits;
+  const int first_row = (blockIdx.x * (kWarpsPerBlock / kSplits) + warp / kSplits) * kRowsPerWarp;
+  const int pieces = args.k / kPiece;
+  const int part_pieces = (pieces + kSplits * 32 - 1) / (kSplits * 32) * 32;
+  const int begin = part * part_pieces;
+  const int end = min(pieces, begin + part_pieces);
+  const uint4* w_rows[kRowsPerWarp];
+  const float* s_rows[kRowsPerWarp];
+#pragma unroll
+  for (int r = 0; r < kRowsPerWarp; ++r) {
+    const int row = min(first_row + r, args.n - 1);  // a missing last row re-reads a real one
+    w_rows[r] = reinterpret_cast<const uint4*>(args.weight + row * args.w_stride);
+    s_rows[r] = args.scales + static_cast<int64_t>(args.block_rows.divide(row)) * args.scale_cols;
+  }
+  const bool active = first_row < args.n;
+  uint4 w[kRowsPerWarp][kUnroll];
+  const auto load_step = [&](int base) {
+#pragma unroll
+    for (int r = 0; r < kRowsPerWarp; ++r) {
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int piece = base + u * 32;
+        w[r][u] = piece < end ? load_streaming(w_rows[r] + piece) : make_uint4(0, 0, 0, 0);
+      }
+    }
+  };
+  if (active) load_step(begin + lane);
+  start_after_prior_kernels();
+  float acc[kRowsPerWarp][kM] = {};
+  for (int base = begin + lane; active && base < end; base += 32 * kUnroll) {
+    if (base != begin + lane) load_step(base);
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int piece = base + u * 32;
+      if (piece >= end) break;
+      const int column_block = args.block_pieces.divide(piece);
+      // Each row's 16 weights widened once, for every row of x.
+      float wf[kRowsPerWarp][kPiece];
+      float scale[kRowsPerWarp];
+#pragma unroll
+      for (int r = 0; r < kRowsPerWarp; ++r) {
+        scale[r] = __ldg(s_rows[r] + column_block);
+        const uint32_t words[4] = {w[r][u].x, w[r][u].y, w[r][u].z, w[r][u].w};
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          float v[4];
+          widen4(words[i], v);
+#pragma unroll
+          for (int j = 0; j < 4; ++j)
+            wf[r][4 * i + j] = v[j];
+        }
+      }
+#pragma unroll
+      for (int m = 0; m < kM; ++m) {
+        float xf[kPiece];
+        widen_x(args.x + m * args.x_stride + piece * kPiece, xf);
+#pragma unroll
+        for (int r = 0; r < kRowsPerWarp; ++r) {
+          float dot = 0.0f;
+#pragma unroll
+          for (int j = 0; j < kPiece; ++j)
+            dot = fmaf(wf[r][j], xf[j], dot);
+          acc[r][m] = fmaf(dot, scale[r], acc[r][m]);
+        }
+      }
+    }
+  }
+  reduce_and_store<kM>(acc, first_row, args.n, active, out);
+}
+
+// out[n, k] = bf16(weight[n, k] * its block's scale), 16 weights a thread: row blockIdx.x, pieces
+// from blockIdx.y * blockDim.x.
+__global__ void dequantize_kernel(Fp8Args args, bf16* out) {
+  start_after_prior_kernels();
+  const int row = static_cast<int>(blockIdx.x);
+  const int piece = static_cast<int>(blockIdx.y * blockDim.x + threadIdx.x);
+  if (piece >= args.k / kPiece) return;
+  const int64_t column = static_cast<int64_t>(piece) * kPiece;
+  const uint4 w = *reinterpret_cast<const uint4*>(args.weight + row * args.w_stride + column);
+  const float scale =
+      args.scales[static_cast<int64_t>(args.block_rows.divide(row)) * args.scale_cols +
+                  args.block_pieces.divide(piece)];
+  const uint32_t words[4] = {w.x, w.y, w.z, w.w};
+  alignas(16) bf16 values[kPiece];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    float v[4];
+    widen4(words[i], v);
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+      values[4 * i + j] = __float2bfloat16(v[j] * scale);
+  }
+  auto* dst = reinterpret_cast<uint4*>(out + row * static_cast<int64_t>(args.k) + column);
+  dst[0] = reinterpret_cast<const uint4*>(values)[0];
+  dst[1] = reinterpret_cast<const uint4*>(values)[1];
+}
+
+// The weight's part of the arguments (x is set by the GEMV).
+Fp8Args fp8_args(const Weight& weight) {
+  return {.x = nullptr,
+          .x_stride = 0,
+          .weight = reinterpret_cast<const uint8_t*>(weight.values.raw_data()),
+          .w_stride = weight.values.stride(0),
+          .scales = weight.scales.data<float>(),
+          .scale_cols = static_cast<int>(weight.scales.size(1)),
+          .block_rows = FastDivisor(static_cast<int>(weight.block_rows)),
+          .block_pieces = FastDivisor(static_cast<int>(weight.block_cols / kPiece)),
+          .n = static_cast<int>(weight.rows()),
+          .k = static_cast<int>(weight.cols())};
+}
+
+template <int kM>
+void launch_fp8_gemv(const Fp8Args& args, const Tensor& out) {
+  const int blocks = (args.n + kRowsPerBlock - 1) / kRowsPerBlock;
+  if (out.dtype() == DType::kF32) {
+    launch(fp8_gemv_kernel<kM, float>, blocks, kWarpsPerBlock * 32, 0, stream(), args,
+           out.data<float>());
+  } else {
+    launch(fp8_gemv_kernel<kM, bf16>, blocks, kWarpsPerBlock * 32, 0, stream(), args,
+           reinterpret_cast<bf16*>(out.raw_data()));
+  }
+}
+
+bool aligned_rows(const Tensor& t, int64_t element_multiple) {
+  return reinterpret_cast<uintptr_t>(t.raw_data()) % 16 == 0 &&
+         (t.size(0) == 1 || t.stride(0) % element_multiple == 0) && t.stride(1) == 1;
+}
+
+}  // namespace
+
+void fp8_linear(const Tensor& x, const Weight& weight, const Tensor& out) {
+  const int64_t m = x.size(0);
+  const int64_t n = weight.rows();
+  const int64_t k = weight.cols();
+  PAGODA_CHECK(weight.quantized() && x.dim() == 2 && out.dim() == 2 && x.size(1) == k &&
+                   out.size(0) == m && out.size(1) == n,
+               "FP8 linear shapes: x {} · weight {}ᵀ -> out {}", x.shape(), weight.values.shape(),
+               out.shape());
+  PAGODA_CHECK(x.dtype() == DType::kBF16 && out.is_contiguous() &&
+                   (out.dtype() == DType::kBF16 || out.dtype() == DType::kF32),
+               "FP8 linear takes bf16 x and writes bf16 or f32; got x {}, out {}",
+               dtype_name(x.dtype()), dtype_name(out.dtype()));
+  if (k % kPiece != 0 || weight.block_cols % kPiece != 0 || !aligned_rows(weight.values, 16) ||
+      n >= (int64_t{1} << 31) || k >= (int64_t{1} << 31)) {
+    fail(
+        "FP8 linear needs K and the scale blocks' width to be multiples of 16, and 16-byte "
+        "aligned weight rows; got weight {} in blocks of {} x {}",
+        weight.values.shape(), weight.block_rows, weight.block_cols);
+  }
+  if (m == 0 || n == 0) return;
+  Fp8Args args = fp8_args(weight);
+  args.x = reinterpret_cast<const bf16*>(x.raw_data());
+  args.x_stride = x.stride(0);
+  if (m <= kMaxFp8GemvRows && aligned_rows(x, 8)) {
+    return with_rows<kMaxFp8GemvRows>(m, [&]<int kM>() { launch_fp8_gemv<kM>(args, out); });
+  }
+  const Tensor dense = dequantize(weight);
+  cublaslt_linear(x, dense, out);
+}
+
+Tensor dequantize(const Weight& weight) {
+  PAGODA_CHECK(weight.quantized() && weight.cols() % kPiece == 0 && aligned_rows(weight.values, 16),
+               "dequantize of weight {}", weight.values.shape());
+  Tensor dense =
+      Tensor::uninitialized({weight.rows(), weight.cols()}, DType::kBF16, weight.device());
+  const Fp8Args args = fp8_args(weight);
+  constexpr int kThreads = 256;
+  const dim3 grid(static_cast<unsigned>(weight.rows()),
+                  static_cast<unsigned>((weight.cols() / kPiece + kThreads - 1) / kThreads));
+  launch(dequantize_kernel, grid, kThreads, 0, stream(), args,
+         reinterpret_cast<bf16*>(dense.raw_data()));
+  return dense;
+}
+
+}  // namespace pagoda::cuda

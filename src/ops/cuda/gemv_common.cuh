@@ -1,0 +1,81 @@
+// What the matrix-vector kernels (gemv.cu for bf16 weights, fp8_linear.cu for FP8 ones) share:
+// their launch shape, streaming weight loads, the reduction of each row's split sums, and the
+// dispatch on the number of rows of x.
+#pragma once
+
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+namespace pagoda::cuda::gemv_shape {
+
+constexpr int kWarpsPerBlock = 8;
+constexpr int kRowsPerWarp = 2;
+constexpr int kUnroll = 4;  // pieces per lane per row in flight
+constexpr int kSplits = 4;  // warps sharing a pair of rows
+constexpr int kRowsPerBlock = kWarpsPerBlock / kSplits * kRowsPerWarp;
+
+__device__ __forceinline__ uint4 load_streaming(const uint4* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+
+// Sums each (row, x row) accumulator over the lanes and over the kSplits warps that share the
+// rows, and writes out[m * n + first_row + r] (f32 or bf16). Every thread of the block calls it.
+// (gemv.cu keeps its own copy of these lines: calling this changes its machine code, so adopting
+// it there waits for an old-against-new timing run.)
+template <int kM, typename Out>
+__device__ __forceinline__ void reduce_and_store(float (&acc)[kRowsPerWarp][kM], int first_row,
+                                                 int n, bool active, Out* out) {
+  const int warp = threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+#pragma unroll
+  for (int r = 0; r < kRowsPerWarp; ++r) {
+#pragma unroll
+    for (int m = 0; m < kM; ++m) {
+      for (int offset = 16; offset > 0; offset /= 2)
+        acc[r][m] += __shfl_xor_sync(0xffffffffu, acc[r][m], offset);
+    }
+  }
+  __shared__ float partial[kWarpsPerBlock][kRowsPerWarp][kM];
+  if (lane == 0) {
+#pragma unroll
+    for (int r = 0; r < kRowsPerWarp; ++r) {
+#pragma unroll
+      for (int m = 0; m < kM; ++m)
+        partial[warp][r][m] = acc[r][m];
+    }
+  }
+  __syncthreads();
+  if (warp % kSplits != 0 || lane != 0 || !active) return;
+#pragma unroll
+  for (int r = 0; r < kRowsPerWarp; ++r) {
+#pragma unroll
+    for (int m = 0; m < kM; ++m) {
+      float v = acc[r][m];
+      for (int p = 1; p < kSplits; ++p)
+        v += partial[warp + p][r][m];
+      if (first_row + r < n) {
+        if constexpr (sizeof(Out) == 4) {
+          out[m * n + first_row + r] = v;
+        } else {
+          out[m * n + first_row + r] = __float2bfloat16(v);
+        }
+      }
+    }
+  }
+}
+
+// launch.template operator()<m>() for 1 <= m <= kMax.
+template <int kMax, typename Launch>
+void with_rows(int64_t m, Launch&& launch) {
+  if constexpr (kMax >= 1) {
+    if (m == kMax) return launch.template operator()<kMax>();
+    with_rows<kMax - 1>(m, launch);
+  }
+}
+
+}  // namespace pagoda::cuda::gemv_shape
