@@ -10,25 +10,14 @@
 
 #include "core/cuda/context.h"
 #include "core/cuda/launch.h"
+#include "ops/cuda/gemv_common.cuh"
 #include "ops/cuda/ops.h"
 
 namespace pagoda::cuda {
 namespace {
 
 using bf16 = __nv_bfloat16;
-
-constexpr int kWarpsPerBlock = 8;
-constexpr int kRowsPerWarp = 2;
-constexpr int kUnroll = 4;  // pieces per lane per row in flight
-constexpr int kSplits = 4;  // warps sharing a pair of rows
-
-__device__ __forceinline__ uint4 load_streaming(const uint4* p) {
-  uint4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
-  return v;
-}
+using namespace gemv_shape;
 
 __device__ __forceinline__ float dot8(const uint4& w, const uint4& x) {
   const auto* wp = reinterpret_cast<const __nv_bfloat162*>(&w);
@@ -142,8 +131,7 @@ template <int kM>
 void launch_gemv(const Tensor& x, const Tensor& weight, const Tensor& out) {
   const int n = static_cast<int>(weight.size(0));
   const int k = static_cast<int>(weight.size(1));
-  const int rows_per_block = kWarpsPerBlock / kSplits * kRowsPerWarp;
-  const int blocks = (n + rows_per_block - 1) / rows_per_block;
+  const int blocks = (n + kRowsPerBlock - 1) / kRowsPerBlock;
   const auto* xp = reinterpret_cast<const bf16*>(x.raw_data());
   const auto* wp = reinterpret_cast<const bf16*>(weight.raw_data());
   if (out.dtype() == DType::kF32) {
@@ -170,16 +158,7 @@ bool gemv_applies(const Tensor& x, const Tensor& weight, const Tensor& out) {
 void gemv(const Tensor& x, const Tensor& weight, const Tensor& out) {
   PAGODA_CHECK(gemv_applies(x, weight, out), "gemv of x {} and weight {}", x.shape(),
                weight.shape());
-  switch (x.size(0)) {
-    case 1:
-      return launch_gemv<1>(x, weight, out);
-    case 2:
-      return launch_gemv<2>(x, weight, out);
-    case 3:
-      return launch_gemv<3>(x, weight, out);
-    case 4:
-      return launch_gemv<4>(x, weight, out);
-  }
+  with_rows<kMaxGemvRows>(x.size(0), [&]<int kM>() { launch_gemv<kM>(x, weight, out); });
 }
 
 }  // namespace pagoda::cuda
