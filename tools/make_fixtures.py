@@ -204,6 +204,8 @@ _GEMMA4_ROPE = {
 #                   on the model's first RMSNorm with a weight, so that the init matches the convention
 #   router_margin   (optional) callable(model, tracker) -> hook handles; the hooks report routing
 #                   margins to the tracker (see MIN_ROUTER_MARGIN); recorded per prompt
+#   fp8             (optional) {"block": [rows, cols]}: an FP8 checkpoint in the block-scaled layout
+#                   (see quantize_fp8); the reference is the model on the dequantized weights
 #   kind            (optional) "assistant": a Gemma 4 drafter; needs "target" (the name of the target
 #                   fixture) and optionally "draft_steps"; see make_assistant_fixture
 FIXTURES = [
@@ -478,6 +480,24 @@ FIXTURES = [
         "buffer_init": _gemma4_buffer_init,
         "size_budget_kb": 700,
     },
+]
+
+
+def _fp8_variant(base_name: str, name: str, seed: int, **config) -> dict:
+    """An FP8 checkpoint (32 x 32 blocks) of a fixture's entry, with its own seed and config changes."""
+    base = next(entry for entry in FIXTURES if entry["name"] == base_name)
+    return {**base, "name": name, "seed": seed, "fp8": {"block": [32, 32]},
+            "config": {**copy.deepcopy(base["config"]), **config}}
+
+
+FIXTURES += [
+    # MiMo-V2-Flash and DeepSeek ship 128 x 128 blocks; a 64-wide model needs smaller blocks to have
+    # several per matrix.
+    _fp8_variant("llama-tiny", "llama-fp8-tiny", 8),
+    # FP8 attention, dense MLP and experts (16 wide, so every K is a multiple of 16 as the GPU kernel
+    # reads it); the router stays f32.
+    _fp8_variant("mimo-tiny", "mimo-fp8-tiny", 9, num_hidden_layers=3, layer_types=["full_attention", "sliding_attention", "full_attention"],
+                 mlp_layer_types=["dense", "sparse", "sparse"], moe_intermediate_size=16),
 ]
 
 
@@ -839,6 +859,108 @@ def save_checkpoint(model, directory: Path) -> None:
             path.unlink()
 
 
+# ---------------------------------------------------------------------------------------------
+# FP8 checkpoints
+#
+# The layout of DeepSeek-V3's and MiMo-V2-Flash's FP8 checkpoints: each quantized projection's
+# "<module>.weight" is float8_e4m3fn, beside a float32 "<module>.weight_scale_inv" of
+# [ceil(N / rows), ceil(K / cols)] block scales; the weight is value * scale, block by block.
+# config.json carries quantization_config {quant_method "fp8", fmt "e4m3", activation_scheme
+# "dynamic", weight_block_size [rows, cols], modules_to_not_convert [...]}.
+
+FP8_PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+FP8_MAX = 448.0
+
+
+def fp8_quantize_block(weight, rows: int, cols: int):
+    """(e4m3 values, f32 scales) of a 2-D weight: scale = block amax / 448 (1 for zeros)."""
+    n, k = weight.shape
+    scales = torch.ones((math.ceil(n / rows), math.ceil(k / cols)), dtype=torch.float32)
+    values = torch.empty((n, k), dtype=torch.float8_e4m3fn)
+    for i in range(scales.shape[0]):
+        for j in range(scales.shape[1]):
+            block = weight[i * rows:(i + 1) * rows, j * cols:(j + 1) * cols].to(torch.float32)
+            amax = float(block.abs().max())
+            scale = amax / FP8_MAX if amax > 0 else 1.0
+            scales[i, j] = scale
+            values[i * rows:(i + 1) * rows, j * cols:(j + 1) * cols] = (block / scale).to(torch.float8_e4m3fn)
+    return values, scales
+
+
+def fp8_dequantize(values, scales, rows: int, cols: int):
+    expanded = scales.repeat_interleave(rows, 0)[: values.shape[0]].repeat_interleave(cols, 1)[:, : values.shape[1]]
+    return values.to(torch.float32) * expanded
+
+
+def quantize_fp8(model, entry: dict) -> dict:
+    """Round every projection weight of the model to FP8 in place (its dequantized value), so the
+    f32 model is the exact reference; returns {name: (values, scales)} to save."""
+    rows, cols = entry["fp8"]["block"]
+    quantized = {}
+    for name, param in model.named_parameters():
+        parts = name.split(".")
+        if param.ndim != 2 or len(parts) < 2 or parts[-1] != "weight" or parts[-2] not in FP8_PROJECTIONS:
+            continue
+        values, scales = fp8_quantize_block(param.data, rows, cols)
+        param.copy_(fp8_dequantize(values, scales, rows, cols))
+        quantized[name] = (values, scales)
+    if not quantized:
+        raise RuntimeError(f"{entry['name']}: no projection weights to quantize")
+    log(f"  FP8: {len(quantized)} projection weights in {rows} x {cols} blocks")
+    return quantized
+
+
+def write_fp8_checkpoint(model, directory: Path, quantized: dict, entry: dict) -> None:
+    """Rewrite the saved f32 checkpoint in the FP8 layout and add quantization_config."""
+    from safetensors.torch import load_file, save_file
+
+    path = directory / "model.safetensors"
+    tensors = load_file(str(path))
+    for name, (values, scales) in quantized.items():
+        if name not in tensors:
+            raise RuntimeError(f"{entry['name']}: {name} is not in the saved checkpoint")
+        if not torch.equal(tensors[name], fp8_dequantize(values, scales, *entry["fp8"]["block"])):
+            raise RuntimeError(f"{entry['name']}: saved {name} is not the dequantized weight")
+        tensors[name] = values.contiguous()
+        tensors[name + "_scale_inv"] = scales.contiguous()
+    save_file(tensors, str(path), metadata={"format": "pt"})
+    linear = {n for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)}
+    kept = sorted(n for n in linear if n + ".weight" not in quantized)
+    config_path = directory / "config.json"
+    config = json.loads(config_path.read_text())
+    config["quantization_config"] = {
+        "quant_method": "fp8",
+        "fmt": "e4m3",
+        "activation_scheme": "dynamic",
+        "weight_block_size": list(entry["fp8"]["block"]),
+        "modules_to_not_convert": kept,
+    }
+    config_path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+    log(f"  wrote {len(quantized)} FP8 weights with block scales; unquantized linears: {kept}")
+
+
+def fp8_path_logits(directory: Path, prompts: list, entry: dict):
+    """transformers' own FP8 path (FP8 matmuls with dynamic activation scales) on the GPU: the
+    last-position logits of each prompt, or None where it does not run."""
+    if not torch.cuda.is_available():
+        warn(f"{entry['name']}: no GPU; transformers' FP8 path not run")
+        return None
+    try:
+        model = transformers.AutoModelForCausalLM.from_pretrained(str(directory), device_map="cuda")
+        model.eval()
+        linear = [type(m).__name__ for m in model.modules() if "FP8" in type(m).__name__]
+        log(f"  transformers' FP8 path: {len(linear)} FP8 modules ({sorted(set(linear))})")
+        out = []
+        with torch.no_grad():
+            for prompt in prompts:
+                ids = torch.tensor([prompt], dtype=torch.long, device="cuda")
+                out.append(model(input_ids=ids).logits[0, -1].float().cpu().tolist())
+        return out
+    except Exception as error:  # recorded as not run
+        warn(f"{entry['name']}: transformers' FP8 path failed: {type(error).__name__}: {error}")
+        return None
+
+
 def check_safetensors(directory: Path, entry: dict) -> None:
     from safetensors import safe_open
 
@@ -975,6 +1097,7 @@ def make_fixture(entry: dict, out_dir: Path) -> dict:
         check_rope_scaling_active(model, entry)
         num_params = sum(p.numel() for p in model.parameters())
         log(f"  {entry['architecture']}: {num_params:,} parameters")
+        quantized = quantize_fp8(model, entry) if "fp8" in entry else None
 
         router = None
         if "router_margin" in entry:
@@ -996,6 +1119,10 @@ def make_fixture(entry: dict, out_dir: Path) -> dict:
         check_safetensors(work_dir, entry)
         check_saved_config(work_dir, entry)
         check_reload(work_dir, model, [p["prompt_token_ids"] for p in prompts], entry)
+        fp8_logits = None
+        if quantized is not None:
+            write_fp8_checkpoint(model, work_dir, quantized, entry)
+            fp8_logits = fp8_path_logits(work_dir, [p["prompt_token_ids"] for p in prompts], entry)
 
     reference = {
         "fixture": name,
@@ -1010,6 +1137,12 @@ def make_fixture(entry: dict, out_dir: Path) -> dict:
     }
     if router is not None:
         reference["min_router_margin_threshold"] = MIN_ROUTER_MARGIN
+    if quantized is not None:
+        reference["fp8_block"] = list(entry["fp8"]["block"])
+        reference["fp8_reference"] = "the float32 model on the dequantized FP8 weights"
+    if fp8_logits is not None:
+        for prompt, logits in zip(prompts, fp8_logits):
+            prompt["transformers_fp8_last_logits"] = logits
     reference["prompts"] = prompts
     size = finish_fixture(entry, work_dir, final_dir, reference)
 

@@ -178,7 +178,12 @@ nlohmann::json summarize(const std::vector<IterationTimes>& iterations, const Be
   const DType dtype = loaded_weight_dtype(engine, config);
   const WeightEstimate weights = find_architecture(config.architecture).estimate_weights(config);
   const bool gpu = !engine_device(engine).is_cpu();
-  const double streamed_bytes = static_cast<double>(weights.streamed_params) * dtype_size(dtype);
+  const QuantizationConfig quantization =
+      resolve_quantization(config.quantization, engine.quantization);
+  const auto bytes_of = [&](int64_t params) {
+    return estimate_weight_bytes(params, weights.projection_params, dtype, quantization);
+  };
+  const double streamed_bytes = bytes_of(weights.streamed_params);
   const double floor_ms = 1e3 * streamed_bytes / (options.floor_bandwidth_gbps * 1e9);
   return {
       {"model", config.source},
@@ -199,9 +204,11 @@ nlohmann::json summarize(const std::vector<IterationTimes>& iterations, const Be
         {"p99", or_null(decoded, p99_ms)}}},
       {"decode_tokens_per_s", or_null(decoded, decode_tokens / decode_s)},
       {"end_to_end_ms", 1e3 * end_to_end_s / n},
-      {"weight_dtype", dtype_name(dtype)},
+      {"weight_dtype", quantization.fp8
+                           ? fmt::format("{} (projections float8_e4m3)", dtype_name(dtype))
+                           : std::string(dtype_name(dtype))},
       {"weight_params", weights.params},
-      {"weight_bytes", weights.params * dtype_size(dtype)},
+      {"weight_bytes", static_cast<int64_t>(bytes_of(weights.params))},
       {"streamed_weight_bytes", static_cast<int64_t>(streamed_bytes)},
       {"floor_bandwidth_gbps", or_null(gpu, options.floor_bandwidth_gbps)},
       {"weight_streaming_floor_ms", or_null(gpu, floor_ms)},

@@ -71,6 +71,11 @@ void add_engine_flags(CLI::App& command, EngineFlags& flags) {
   command.add_option("--load-format", flags.load_format, "auto (safetensors) or dummy")
       ->capture_default_str();
   command
+      .add_option("--quantization", flags.quantization,
+                  "Projection weights: auto (as the checkpoint stores them), fp8 (FP8 e4m3 in "
+                  "128 x 128 blocks, quantized at load unless stored so), none")
+      ->capture_default_str();
+  command
       .add_option("--weight-dtype", flags.weight_dtype,
                   "Dtype of dummy weights: auto (the config's), float32, bfloat16, float16")
       ->capture_default_str();
@@ -242,6 +247,7 @@ EngineConfig engine_config(const ModelConfig& config, const KvCachePlan& plan,
 
 EngineModels engine_models(const std::string& model_dir, const EngineFlags& flags) {
   EngineModels models{.model_dir = model_dir, .target = load_model_config(model_dir)};
+  models.target.quantization = resolve_quantization(models.target.quantization, flags.quantization);
   const int64_t tp = flags.tensor_parallel_size;
   const int64_t dcp = flags.decode_context_parallel_size;
   check_tensor_parallel(models.target, tp);

@@ -39,9 +39,10 @@ struct EngineFlags {
   bool enforce_eager = false;           // no CUDA graphs
   std::string load_format = "auto";
   std::string weight_dtype = "auto";
-  bool check_weights = false;      // refuse a checkpoint with NaN or infinite weights
-  uint64_t seed = 0;               // dummy weights and unseeded requests
-  std::string speculative_config;  // --speculative-config: JSON, empty for none
+  std::string quantization = "auto";  // --quantization: auto, fp8 or none
+  bool check_weights = false;         // refuse a checkpoint with NaN or infinite weights
+  uint64_t seed = 0;                  // dummy weights and unseeded requests
+  std::string speculative_config;     // --speculative-config: JSON, empty for none
   int64_t tensor_parallel_size = 1;
   int64_t decode_context_parallel_size = 1;
   int64_t dcp_kv_cache_interleave_size = 1;

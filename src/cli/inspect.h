@@ -37,7 +37,7 @@ struct InspectReport {
   int64_t tensor_parallel_size = 1;
   int64_t decode_context_parallel_size = 1;
   int64_t rank_params = 0;        // parameters one rank holds
-  int64_t rank_weight_bytes = 0;  // at the checkpoint's dtype (bf16 when it states none)
+  int64_t rank_weight_bytes = 0;  // at the checkpoint's dtype (bf16 when it states none) and FP8
   KvCachePlan plan;
 };
 

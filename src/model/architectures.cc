@@ -63,16 +63,18 @@ WeightEstimate estimate_dense_decoder_weights(const ModelConfig& config) {
                                          [](auto& l) { return l.kv_source != KvSource::kOwn; }) -
                             config.layers.begin();
   int64_t streamed = hidden + vocab * hidden;  // final norm, lm_head (tied or not)
+  int64_t projections = 0;
   for (int64_t i = 0; i < num_layers; ++i) {
     const LayerAttentionConfig& layer = config.layers[i];
-    streamed += 2 * hidden * layer.num_q_heads * layer.head_size_k;  // q, o
+    projections += 2 * hidden * layer.num_q_heads * layer.head_size_k;  // q, o
     if (layer.kv_source == KvSource::kOwn) {
-      streamed += hidden * layer.num_kv_heads * layer.head_size_k;  // k
+      projections += hidden * layer.num_kv_heads * layer.head_size_k;  // k
       const bool k_eq_v = flag("attention_k_eq_v") && layer.kind == AttentionKind::kFull;
-      if (!k_eq_v) streamed += hidden * layer.num_kv_heads * layer.head_size_v;
+      if (!k_eq_v) projections += hidden * layer.num_kv_heads * layer.head_size_v;
     }
     const bool wide = flag("use_double_wide_mlp") && i >= first_shared && first_shared > 0;
-    streamed += 3 * hidden * (wide ? 2 * inner : inner) + (gemma ? 4 : 2) * hidden;
+    projections += 3 * hidden * (wide ? 2 * inner : inner);
+    streamed += (gemma ? 4 : 2) * hidden;
     if (ple > 0) streamed += 2 * ple * hidden + hidden;  // gate, projection, norm
   }
   int64_t lookups = vocab * hidden;
@@ -80,8 +82,23 @@ WeightEstimate estimate_dense_decoder_weights(const ModelConfig& config) {
     streamed += num_layers * ple * hidden + ple;  // model projection and its norm
     lookups += integer("vocab_size_per_layer_input") * num_layers * ple;
   }
+  streamed += projections;
   const bool tied = gemma || flag("tie_word_embeddings");
-  return {.params = streamed + lookups - (tied ? vocab * hidden : 0), .streamed_params = streamed};
+  return {.params = streamed + lookups - (tied ? vocab * hidden : 0),
+          .streamed_params = streamed,
+          .projection_params = projections};
+}
+
+double estimate_weight_bytes(int64_t params, int64_t projections, DType dtype,
+                             const QuantizationConfig& quantization) {
+  const double plain = static_cast<double>(params) * static_cast<double>(dtype_size(dtype));
+  if (!quantization.fp8) return plain;
+  const double scale_bytes =
+      quantization.per_tensor
+          ? 0.0
+          : 4.0 / static_cast<double>(quantization.block_rows * quantization.block_cols);
+  return plain - static_cast<double>(projections) *
+                     (static_cast<double>(dtype_size(dtype)) - 1.0 - scale_bytes);
 }
 
 }  // namespace pagoda

@@ -20,6 +20,7 @@ namespace pagoda {
 struct WeightEstimate {
   int64_t params = 0;           // every weight as loaded
   int64_t streamed_params = 0;  // weights every decode step reads whole: all but embedding lookups
+  int64_t projection_params = 0;  // of those, the attention and MLP projections (FP8-quantizable)
 };
 
 struct Architecture {
@@ -45,5 +46,10 @@ const Architecture& find_architecture(std::string_view name);
 // embeddings, attention projections, gated MLPs, hidden-size norms, Gemma 4's per-layer inputs
 // and an untied lm_head. Per-head q/k norms, scalars and MoE experts are not counted.
 WeightEstimate estimate_dense_decoder_weights(const ModelConfig& config);
+
+// Bytes of `params` weights, `projections` of them FP8 when `quantization` says so (a byte each
+// and an f32 scale per block), the rest in `dtype`.
+double estimate_weight_bytes(int64_t params, int64_t projections, DType dtype,
+                             const QuantizationConfig& quantization);
 
 }  // namespace pagoda

@@ -14,6 +14,7 @@ std::unique_ptr<CausalLm> build_causal_lm(const ModelConfig& config, WeightSourc
   check_tensor_parallel(config, tp.size);
   PAGODA_CHECK(tp.rank >= 0 && tp.rank < tp.size && (tp.size == 1 || tp.comm != nullptr),
                "rank {} of {} without a communicator", tp.rank, tp.size);
+  weights.set_quantization(config.quantization);
   std::unique_ptr<CausalLm> model = arch.build(config, weights, tp);
   weights.finish();
   return model;

@@ -37,7 +37,8 @@ class CausalLm {
 };
 
 // Builds the architecture named in `config` with weights from `weights`: rank tp.rank's shard of it
-// under tensor parallelism (each rank reads only its slices). Throws Error naming the architecture
+// under tensor parallelism (each rank reads only its slices), its projections quantized as
+// config.quantization says. Throws Error naming the architecture
 // when it has no implementation or does not split over tp.size ranks (check_tensor_parallel), and
 // any weight that is missing or misshapen.
 std::unique_ptr<CausalLm> build_causal_lm(const ModelConfig& config, WeightSource& weights,

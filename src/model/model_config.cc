@@ -40,11 +40,15 @@ const Architecture& architecture_of(const ConfigReader& config) {
 std::optional<DType> read_dtype(const ConfigReader& config) {
   for (const char* key : {"dtype", "torch_dtype"}) {
     if (auto name = config.optional_string(key)) {
+      std::optional<DType> dtype;
       try {
-        return parse_dtype(*name);
+        dtype = parse_dtype(*name);
       } catch (const Error&) {
+      }
+      if (!dtype || !is_floating(*dtype)) {
         config.fail_field(key, "is '" + *name + "'; expected float32, float16 or bfloat16");
       }
+      return dtype;
     }
   }
   return std::nullopt;
@@ -75,6 +79,73 @@ bool ModelConfig::needs_target() const {
   return false;
 }
 
+bool QuantizationConfig::quantizes(const std::string& name) const {
+  if (!fp8) return false;
+  for (const std::string& entry : ignored) {
+    if (entry.empty()) continue;
+    // entry names the module, an enclosing one, or a trailing part of its dotted name.
+    for (size_t at = name.find(entry); at != std::string::npos; at = name.find(entry, at + 1)) {
+      const size_t end = at + entry.size();
+      if ((at == 0 || name[at - 1] == '.') && (end == name.size() || name[end] == '.')) {
+        return false;
+      }
+    }
+  }
+  return true;
+}
+
+QuantizationConfig parse_quantization(const nlohmann::json& json, const std::string& source) {
+  QuantizationConfig quantization;
+  const ConfigReader config(json, source);
+  if (!config.has("quantization_config")) return quantization;
+  const ConfigReader q = config.child("quantization_config");
+  const std::string method = q.string("quant_method");
+  if (method != "fp8") {
+    q.fail_field("quant_method", "is '" + method + "'; pagoda runs only \"fp8\" checkpoints");
+  }
+  if (const auto fmt = q.optional_string("fmt"); fmt && *fmt != "e4m3") {
+    q.fail_field("fmt", "is '" + *fmt + "'; pagoda runs FP8 as e4m3 only");
+  }
+  if (const auto scheme = q.optional_string("activation_scheme");
+      scheme && *scheme != "dynamic" && *scheme != "static") {
+    q.fail_field("activation_scheme", "is '" + *scheme + "'; expected dynamic or static");
+  }
+  quantization.fp8 = true;
+  quantization.stored = true;
+  if (const auto block = q.optional_integer_list("weight_block_size")) {
+    if (block->size() != 2 || (*block)[0] < 1 || (*block)[1] < 1 ||
+        (*block)[0] > ConfigReader::kMaxConfigInteger ||
+        (*block)[1] > ConfigReader::kMaxConfigInteger) {
+      q.fail_field("weight_block_size", "must be two positive integers [rows, columns]");
+    }
+    quantization.block_rows = (*block)[0];
+    quantization.block_cols = (*block)[1];
+  } else {
+    quantization.per_tensor = true;
+  }
+  for (const char* key : {"modules_to_not_convert", "ignored_layers"}) {
+    if (const auto names = q.optional_string_list(key)) {
+      quantization.ignored.insert(quantization.ignored.end(), names->begin(), names->end());
+    }
+  }
+  return quantization;
+}
+
+QuantizationConfig resolve_quantization(const QuantizationConfig& checkpoint,
+                                        const std::string& flag) {
+  if (flag.empty() || flag == "auto") return checkpoint;
+  if (flag == "none") {
+    if (checkpoint.stored) fail("--quantization none: the checkpoint's weights are stored in FP8");
+    return QuantizationConfig{};
+  }
+  if (flag != "fp8") fail("unknown --quantization '{}'; expected auto, fp8 or none", flag);
+  if (checkpoint.fp8) return checkpoint;
+  QuantizationConfig quantization;
+  quantization.fp8 = true;
+  quantization.ignored = checkpoint.ignored;
+  return quantization;
+}
+
 std::vector<std::string> supported_architectures() {
   std::vector<std::string> names;
   for (const Architecture& arch : architectures())
@@ -99,6 +170,7 @@ ModelConfig parse_model_config(const nlohmann::json& json, const std::string& so
   model.hidden_size = text.positive("hidden_size");
   model.text_config = text.raw();
   model.file_config = json;
+  model.quantization = parse_quantization(json, source);
   for (const ConfigReader* reader : {&text, &config}) {
     if (!model.eos_token_ids.empty() || !reader->has("eos_token_id")) continue;
     if (reader->raw().at("eos_token_id").is_array()) {

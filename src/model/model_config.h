@@ -37,6 +37,33 @@ struct LayerAttentionConfig {
   int64_t kv_source_layer = -1;  // index into ModelConfig::layers when kEarlierLayer
 };
 
+// How a model's projection weights are quantized: as the checkpoint stores them
+// (config.json's quantization_config), or at load (--quantization). Only FP8 e4m3 exists: weights
+// with one f32 scale per block of block_rows × block_cols (128 × 128 in DeepSeek's and MiMo's
+// checkpoints), or per tensor. Activations stay bf16 (f32 on the CPU): the scales apply to the
+// weights alone, as a dequantization.
+struct QuantizationConfig {
+  bool fp8 = false;
+  bool stored = false;  // the checkpoint holds the FP8 values and scales; else quantized at load
+  int64_t block_rows = 128;
+  int64_t block_cols = 128;
+  bool per_tensor = false;           // one scale per weight (weight_scale); no blocks
+  std::vector<std::string> ignored;  // modules left unquantized (modules_to_not_convert)
+
+  // Whether the module `name` ("model.layers.0.mlp.down_proj") is quantized at load: not when an
+  // ignored entry names it or one of its enclosing modules, or is a suffix of its dotted name.
+  bool quantizes(const std::string& name) const;
+};
+
+// Reads config.json's "quantization_config" (absent: none). Error naming the field for a scheme
+// pagoda does not run: a quant_method other than "fp8", an fmt other than "e4m3", or block sizes
+// that are not two positive integers.
+QuantizationConfig parse_quantization(const nlohmann::json& config, const std::string& source);
+// The config --quantization asks for: "auto" or "" (the checkpoint's), "fp8" (the checkpoint's
+// when it is FP8, else 128 × 128 blocks quantized at load), "none" (Error for an FP8 checkpoint).
+QuantizationConfig resolve_quantization(const QuantizationConfig& checkpoint,
+                                        const std::string& flag);
+
 struct ModelConfig {
   std::string source;          // the file it came from
   std::string architecture;    // "Gemma4ForCausalLM"
@@ -49,6 +76,7 @@ struct ModelConfig {
   std::vector<int64_t> eos_token_ids;  // eos_token_id, an id or a list
   nlohmann::json text_config;          // the text model's fields, for the architecture's code
   nlohmann::json file_config;          // the whole config.json, for fields outside text_config
+  QuantizationConfig quantization;
 
   // True when some layer reads a target model's cache: the model only runs as a drafter.
   bool needs_target() const;

@@ -183,6 +183,11 @@ Tensor WeightSource::get(const std::string& name, const Shape& shape) {
 }
 
 Tensor WeightSource::get(const std::string& name, const Shape& shape, const WeightSlice& slice) {
+  return place(host_tensor(name, shape, slice));
+}
+
+Tensor WeightSource::host_tensor(const std::string& name, const Shape& shape,
+                                 const WeightSlice& slice) {
   const bool whole = slice.length == 0;
   if (!whole &&
       (slice.dim < 0 || slice.dim >= static_cast<int64_t>(shape.size()) || slice.begin < 0 ||
@@ -196,13 +201,14 @@ Tensor WeightSource::get(const std::string& name, const Shape& shape, const Weig
     mark_used(name);
     Tensor tensor = Tensor::empty(part, dummy_dtype_);
     fill_dummy(tensor, name, seed_, shape, slice);
-    return place(std::move(tensor));
+    return tensor;
   }
   Tensor tensor = stored(name, shape);
   // Refused here, not inside a kernel that meets an integer weight.
   if (!is_floating(tensor.dtype())) {
-    fail("{}: tensor '{}' is {}; a weight must be float32, float16 or bfloat16",
-         checkpoint_->file_of(name), name, dtype_name(tensor.dtype()));
+    fail("{}: tensor '{}' is {}; a weight must be float32, float16 or bfloat16{}",
+         checkpoint_->file_of(name), name, dtype_name(tensor.dtype()),
+         tensor.dtype() == DType::kF8E4M3 ? " (FP8 is read only for quantized projections)" : "");
   }
   if (!whole) tensor = tensor.narrow(slice.dim, slice.begin, slice.length);
   // Views of the mapping are kept when contiguous and aligned; otherwise copied, so elements load
@@ -214,7 +220,96 @@ Tensor WeightSource::get(const std::string& name, const Shape& shape, const Weig
     touch_pages(tensor);
   }
   report_progress(tensor.numel() * tensor.element_size());
-  return place(std::move(tensor));
+  return tensor;
+}
+
+Weight WeightSource::get_weight(const std::string& name, const Shape& shape,
+                                const WeightSlice& slice) {
+  if (checkpoint_ && checkpoint_->contains(name) &&
+      checkpoint_->tensor(name).dtype() == DType::kF8E4M3) {
+    return stored_fp8(name, shape, slice);
+  }
+  const std::string module = name.ends_with(".weight") ? name.substr(0, name.size() - 7) : name;
+  const bool quantize = quantization_.fp8 && shape.size() == 2 &&
+                        (checkpoint_ ? !quantization_.stored && quantization_.quantizes(module)
+                                     : quantization_.quantizes(module));
+  if (!quantize) return Weight(get(name, shape, slice));
+  const Tensor host = host_tensor(name, shape, slice);
+  const Weight weight = quantization_.per_tensor ? quantize_fp8(host, host.size(0), host.size(1))
+                                                 : quantize_fp8(host, quantization_.block_rows,
+                                                                quantization_.block_cols);
+  return device_.is_cpu() ? weight : weight.to(device_);
+}
+
+Weight WeightSource::stored_fp8(const std::string& name, const Shape& shape,
+                                const WeightSlice& slice) {
+  const std::string file = checkpoint_->file_of(name);
+  if (shape.size() != 2) fail("{}: FP8 tensor '{}' must be a 2-D projection weight", file, name);
+  Tensor values = stored(name, shape);
+  const bool blocks = checkpoint_->contains(name + "_scale_inv");
+  const std::string scale_name = name + (blocks ? "_scale_inv" : "_scale");
+  if (!checkpoint_->contains(scale_name)) {
+    fail("{}: FP8 tensor '{}' has no scale ('{}_scale_inv' or '{}_scale')", file, name, name, name);
+  }
+  int64_t block_rows = shape[0];
+  int64_t block_cols = shape[1];
+  if (blocks) {
+    if (quantization_.per_tensor || !quantization_.stored) {
+      fail(
+          "{}: '{}' holds block scales, but config.json's quantization_config gives no "
+          "weight_block_size",
+          file, scale_name);
+    }
+    block_rows = quantization_.block_rows;
+    block_cols = quantization_.block_cols;
+  }
+  const Shape scale_shape{(shape[0] + block_rows - 1) / block_rows,
+                          (shape[1] + block_cols - 1) / block_cols};
+  mark_used(scale_name);
+  Tensor scales = checkpoint_->tensor(scale_name);
+  if (!is_floating(scales.dtype()) ||
+      (blocks ? scales.shape() != scale_shape : scales.numel() != 1)) {
+    fail("{}: scale '{}' is {} {}; FP8 weight '{}' of shape {} needs {} f32 scales", file,
+         scale_name, dtype_name(scales.dtype()), scales.shape(), name, shape,
+         blocks ? fmt::format("{}", scale_shape) : std::string("one"));
+  }
+  // The scales in f32, contiguous, on the host.
+  Tensor f32 = Tensor::empty(scale_shape, DType::kF32);
+  const Tensor dense = scales.contiguous();
+  for (int64_t i = 0; i < f32.numel(); ++i)
+    f32.data<float>()[i] =
+        cpu::load_float(dense.raw_data() + i * dense.element_size(), dense.dtype());
+  Weight weight(values, f32, block_rows, block_cols);
+  if (slice.length != 0) {
+    if (slice.dim < 0 || slice.dim > 1 || slice.begin < 0 || slice.length < 0 ||
+        slice.begin + slice.length > shape[slice.dim]) {
+      fail("'{}': a slice of [{}, {}) along dim {} is outside its shape {}", name, slice.begin,
+           slice.begin + slice.length, slice.dim, shape);
+    }
+    if (slice.dim == 0) {
+      weight = weight.narrow_rows(slice.begin, slice.length);
+    } else {
+      if (slice.begin % block_cols != 0 && block_cols != shape[1]) {
+        fail(
+            "{}: this rank's columns [{}, {}) of FP8 weight '{}' start inside a block of {} "
+            "columns; choose a tensor-parallel size that splits it on block boundaries",
+            file, slice.begin, slice.begin + slice.length, name, block_cols);
+      }
+      const int64_t first = block_cols == shape[1] ? 0 : slice.begin / block_cols;
+      const int64_t count =
+          block_cols == shape[1]
+              ? 1
+              : (slice.begin + slice.length + block_cols - 1) / block_cols - first;
+      weight = Weight(values.narrow(1, slice.begin, slice.length).clone(),
+                      weight.scales.narrow(1, first, count).clone(), block_rows,
+                      block_cols == shape[1] ? slice.length : block_cols);
+    }
+  }
+  if (!weight.values.is_contiguous()) weight.values = weight.values.clone();
+  if (!weight.scales.is_contiguous()) weight.scales = weight.scales.clone();
+  touch_pages(weight.values);
+  report_progress(weight.bytes());
+  return device_.is_cpu() ? weight : weight.to(device_);
 }
 
 std::vector<std::string> WeightSource::unused() const {

@@ -8,7 +8,9 @@
 #include <string>
 #include <vector>
 
+#include "model/model_config.h"
 #include "model/safetensors.h"
+#include "ops/weight.h"
 
 namespace pagoda {
 
@@ -35,7 +37,10 @@ class WeightSource {
   void set_device(Device device) { device_ = device; }
   Device device() const { return device_; }
   // Rounds host tensors to bf16 as a GPU's would be (to compare the two paths on equal weights).
+  // FP8 weights keep their values.
   void round_to_bf16_on_host() { host_bf16_ = true; }
+  // How get_weight() reads projection weights.
+  void set_quantization(const QuantizationConfig& quantization) { quantization_ = quantization; }
 
   // The tensor `name` with exactly `shape`: on the host in its stored dtype (f32, f16 or bf16),
   // aligned to its element size; or on the GPU set by set_device(), in bf16. Throws Error naming
@@ -45,6 +50,14 @@ class WeightSource {
   // without the rest (dummy weights: the same values as that part of the whole tensor). Throws
   // Error as get() does, and for a slice outside the shape.
   Tensor get(const std::string& name, const Shape& shape, const WeightSlice& slice);
+  // The projection weight `name` ("<module>.weight") of `shape` [N, K], or `slice` of it, as get()
+  // reads it, except that with FP8 quantization it is FP8 with f32 scales on the device:
+  // - a checkpoint's F8_E4M3 tensor comes with <name>_scale_inv (block scales, the config's
+  //   block size) or <name>_scale (one scale); a slice along K must start on a block boundary;
+  // - a floating tensor of a module the config quantizes at load (or any dummy weight of an FP8
+  //   config) is quantized in the config's blocks on the host, after slicing.
+  // Throws Error naming the tensor for a missing or misshapen scale or a misaligned slice.
+  Weight get_weight(const std::string& name, const Shape& shape, const WeightSlice& slice = {});
   // An int64 tensor of `shape` (token ids and the like), on the host. Dummy weights give 0, 1, 2,
   // ... in order. Throws Error naming the tensor when it is missing, shaped otherwise or not I64.
   std::vector<int64_t> get_int64(const std::string& name, const Shape& shape);
@@ -58,6 +71,10 @@ class WeightSource {
  private:
   void report_progress(int64_t bytes);
   Tensor place(Tensor tensor) const;
+  // get()'s tensor before place(): on the host, in the stored dtype (dummy: the dummy dtype).
+  Tensor host_tensor(const std::string& name, const Shape& shape, const WeightSlice& slice);
+  // A checkpoint's FP8 weight `name` and its scale, sliced.
+  Weight stored_fp8(const std::string& name, const Shape& shape, const WeightSlice& slice);
   // Records that `name` is bound; InternalError when it already was.
   void mark_used(const std::string& name);
   // The checkpoint's tensor `name`, marked used; Error when it is missing or not of `shape`.
@@ -65,6 +82,7 @@ class WeightSource {
 
   Device device_ = Device::cpu();
   bool host_bf16_ = false;
+  QuantizationConfig quantization_;
   std::optional<Checkpoint> checkpoint_;
   DType dummy_dtype_ = DType::kBF16;
   uint64_t seed_ = 0;

@@ -122,6 +122,7 @@ TEST(GenerateCliTest, BadInputIsOneLineAndNonZero) {
       {"--prompt-ids 1 --device cuda:99", "--device cuda:99: this "},
       {"--prompt-ids 1 --device gpu", "unknown device 'gpu'"},
       {"--prompt-ids 1 --load-format gguf", "unknown load format 'gguf'"},
+      {"--prompt-ids 1 --quantization int4", "unknown --quantization 'int4'"},
       {"", "no prompts"},
       {"--prompts-file /nonexistent/prompts.jsonl", "cannot read prompts file"},
   };
@@ -264,6 +265,26 @@ TEST(TokenizeCliTest, ShowsIdsAndPiecesOrDecodes) {
   const CliRun missing = run_pagoda("tokenize --model /nonexistent x");
   EXPECT_EQ(missing.exit_code, 1);
   EXPECT_NE(missing.err.find("tokenizer.json"), std::string::npos) << missing.err;
+}
+
+// An FP8 checkpoint generates its reference's greedy tokens through the CLI, and cannot be run
+// unquantized; --quantization fp8 quantizes a plain checkpoint at load.
+TEST(GenerateCliTest, Fp8Checkpoints) {
+  const std::string fixture = std::string(PAGODA_SOURCE_DIR) + "/tests/fixtures/llama-fp8-tiny";
+  std::ifstream file(fixture + "/reference.json");
+  const nlohmann::json prompt = nlohmann::json::parse(file)["prompts"][2];
+  const std::vector<int32_t> greedy = prompt["greedy_token_ids"].get<std::vector<int32_t>>();
+  const std::string args =
+      " --prompt-ids " + ids_text(prompt["prompt_token_ids"].get<std::vector<int32_t>>()) +
+      " --max-tokens " + std::to_string(greedy.size()) + " --ignore-eos --json";
+  const CliRun run = run_pagoda("generate --model " + fixture + args);
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_EQ(nlohmann::json::parse(run.out)["token_ids"].get<std::vector<int32_t>>(), greedy);
+  const CliRun none = run_pagoda("generate --model " + fixture + args + " --quantization none");
+  EXPECT_EQ(none.exit_code, 1);
+  EXPECT_NE(none.err.find("stored in FP8"), std::string::npos) << none.err;
+  const CliRun at_load = run_generate("--prompt-ids 1,2,3 --max-tokens 4 --quantization fp8");
+  EXPECT_EQ(at_load.exit_code, 0) << at_load.err;
 }
 
 TEST(GenerateCliTest, DummyWeightsNeedNoCheckpoint) {

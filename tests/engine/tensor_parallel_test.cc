@@ -223,7 +223,8 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"qwen3-tiny", {.tp = 4, .dcp = 2, .interleave = 2}},
         Case{"gemma4-tiny", {.tp = 4, .dcp = 2}}, Case{"gemma4-noshare-tiny", {.tp = 2, .dcp = 2}},
         Case{"kjv-gemma4", {.tp = 2}}, Case{"kjv-gemma4", {.tp = 4}},
-        Case{"kjv-gemma4", {.tp = 2, .dcp = 2}}),
+        Case{"kjv-gemma4", {.tp = 2, .dcp = 2}}, Case{"llama-fp8-tiny", {.tp = 2}},
+        Case{"llama-fp8-tiny", {.tp = 2, .dcp = 2}}, Case{"mimo-fp8-tiny", {.tp = 2}}),
     [](const auto& info) { return test_name({info.param.fixture}, info.param.split); });
 
 struct SpecCase {

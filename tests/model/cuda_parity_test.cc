@@ -30,6 +30,10 @@ constexpr double kTrainedWorst = 5e-2;
 constexpr double kRandomMean = 6e-2;
 constexpr double kRandomWorst = 0.5;
 constexpr double kRoundedWeightsMean = 0.1;
+// A tiny MoE model's routing can flip under bf16 rounding (its router margins are ~1e-3), and one
+// flipped choice moves that position's log-probability by up to ~1 (measured 0.92 on
+// mimo-fp8-tiny); the mean still holds every position to kRandomMean.
+constexpr double kMoeWorst = 1.5;
 
 ModelRun run(const std::string& name, Device device, bool enforce_eager,
              const nlohmann::json& prompts) {
@@ -77,9 +81,10 @@ TEST_P(CudaParityTest, MatchesTransformersAndTheCpuPath) {
 
   const ModelConfig config = load_model_config(checkpoint_dir(name));
   const bool trained = config.dtype == DType::kBF16;  // the default model's bf16 checkpoint
+  const bool moe = config.architecture == "MiMoV2FlashForCausalLM";
   const Difference vs_cpu = compare(eager.prompt_logprobs, cpu.prompt_logprobs);
   EXPECT_LE(vs_cpu.mean, trained ? kTrainedMean : kRandomMean);
-  EXPECT_LE(vs_cpu.worst, trained ? kTrainedWorst : kRandomWorst);
+  EXPECT_LE(vs_cpu.worst, trained ? kTrainedWorst : moe ? kMoeWorst : kRandomWorst);
   const Difference vs_reference = compare(eager.prompt_logprobs, reference);
   if (trained) {
     EXPECT_LE(vs_reference.mean, kTrainedMean);
@@ -89,7 +94,6 @@ TEST_P(CudaParityTest, MatchesTransformersAndTheCpuPath) {
   }
   // Prompt log-probabilities come from prefill steps, which graphs leave alone: identical.
   EXPECT_EQ(compare(graphs.prompt_logprobs, eager.prompt_logprobs).worst, 0.0);
-  const bool moe = config.architecture == "MiMoV2FlashForCausalLM";
   const double vs_transformers = check_greedy(eager.tokens, reference_tokens, moe);
   const double vs_cpu_tokens = check_greedy(eager.tokens, ids_of(cpu.tokens), moe);
   const double graphs_vs_eager = check_greedy(graphs.tokens, ids_of(eager.tokens), false);
@@ -104,7 +108,7 @@ TEST_P(CudaParityTest, MatchesTransformersAndTheCpuPath) {
 INSTANTIATE_TEST_SUITE_P(Fixtures, CudaParityTest,
                          ::testing::Values("llama-tiny", "llama3-rope-tiny", "qwen3-tiny",
                                            "gemma4-tiny", "gemma4-noshare-tiny", "mimo-tiny",
-                                           "kjv-gemma4"),
+                                           "kjv-gemma4", "llama-fp8-tiny", "mimo-fp8-tiny"),
                          [](const auto& info) {
                            std::string name = info.param;
                            for (char& c : name) {

@@ -351,5 +351,52 @@ TEST(ModelConfigTest, MutatedExampleConfigsNeverCrash) {
   EXPECT_GT(rejected, 100);
 }
 
+// quantization_config: the fp8 scheme as DeepSeek and MiMo write it, per tensor without
+// weight_block_size, and a clear error naming the field for anything else.
+TEST(ModelConfigTest, Fp8Quantization) {
+  nlohmann::json config = tiny_llama();
+  EXPECT_FALSE(parse_model_config(config, "test.json").quantization.fp8);
+  config["quantization_config"] = {{"quant_method", "fp8"},
+                                   {"fmt", "e4m3"},
+                                   {"activation_scheme", "dynamic"},
+                                   {"weight_block_size", {128, 64}},
+                                   {"modules_to_not_convert", {"lm_head", "model.layers.1.mlp"}}};
+  const QuantizationConfig q = parse_model_config(config, "test.json").quantization;
+  EXPECT_TRUE(q.fp8 && q.stored && !q.per_tensor);
+  EXPECT_EQ(q.block_rows, 128);
+  EXPECT_EQ(q.block_cols, 64);
+  EXPECT_FALSE(q.quantizes("lm_head"));
+  EXPECT_FALSE(q.quantizes("model.layers.1.mlp.down_proj"));
+  EXPECT_TRUE(q.quantizes("model.layers.11.mlp.down_proj"));  // "layers.1" is not "layers.11"
+  EXPECT_TRUE(q.quantizes("model.layers.0.self_attn.q_proj"));
+  config["quantization_config"].erase("weight_block_size");
+  EXPECT_TRUE(parse_model_config(config, "test.json").quantization.per_tensor);
+
+  nlohmann::json bad = config;
+  bad["quantization_config"]["quant_method"] = "awq";
+  expect_error(bad, {"test.json", "quantization_config.quant_method", "awq", "fp8"});
+  bad = config;
+  bad["quantization_config"]["fmt"] = "e5m2";
+  expect_error(bad, {"quantization_config.fmt", "e5m2"});
+  bad = config;
+  bad["quantization_config"]["weight_block_size"] = {128};
+  expect_error(bad, {"quantization_config.weight_block_size", "two positive integers"});
+  bad["quantization_config"]["weight_block_size"] = {128, 0};
+  expect_error(bad, {"quantization_config.weight_block_size"});
+  bad = config;
+  bad["quantization_config"] = "fp8";
+  expect_error(bad, {"quantization_config"});
+
+  // --quantization: fp8 quantizes a plain checkpoint at load; none refuses an FP8 one.
+  const QuantizationConfig plain;
+  const QuantizationConfig at_load = resolve_quantization(plain, "fp8");
+  EXPECT_TRUE(at_load.fp8 && !at_load.stored);
+  EXPECT_EQ(at_load.block_rows, 128);
+  EXPECT_FALSE(resolve_quantization(plain, "auto").fp8);
+  EXPECT_TRUE(resolve_quantization(q, "fp8").stored);
+  EXPECT_THROW(resolve_quantization(q, "none"), Error);
+  EXPECT_THROW(resolve_quantization(plain, "int4"), Error);
+}
+
 }  // namespace
 }  // namespace pagoda

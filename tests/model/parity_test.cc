@@ -68,7 +68,7 @@ TEST_P(ParityTest, MatchesTransformers) {
 INSTANTIATE_TEST_SUITE_P(Fixtures, ParityTest,
                          ::testing::Values("llama-tiny", "llama3-rope-tiny", "qwen3-tiny",
                                            "gemma4-tiny", "gemma4-noshare-tiny", "mimo-tiny",
-                                           "kjv-gemma4"),
+                                           "kjv-gemma4", "llama-fp8-tiny", "mimo-fp8-tiny"),
                          [](const auto& info) {
                            std::string name = info.param;
                            for (char& c : name) {

@@ -138,5 +138,123 @@ TEST(WeightsTest, SlicesAreThatPartOfTheWholeTensor) {
   EXPECT_THROW(bad.get("model.norm.weight", {64}, {1, 0, 8}), Error);
 }
 
+// An FP8 checkpoint's projection comes back as stored: e4m3 values and their block scales, also
+// for a rank's rows (scales expanded per row where the cut is inside a block) and columns (on a
+// block boundary only); read as a plain weight, it is refused.
+TEST(WeightsTest, ReadsFp8Projections) {
+  const std::string dir = fixture("llama-fp8-tiny");
+  const ModelConfig config = load_model_config(dir);
+  ASSERT_TRUE(config.quantization.stored);
+  const std::string name = "model.layers.0.self_attn.o_proj.weight";
+  WeightSource weights = WeightSource::from_checkpoint(dir);
+  weights.set_quantization(config.quantization);
+  const Weight whole = weights.get_weight(name, {64, 64});
+  ASSERT_TRUE(whole.quantized());
+  EXPECT_EQ(whole.values.dtype(), DType::kF8E4M3);
+  EXPECT_EQ(whole.scales.shape(), (Shape{2, 2}));
+  EXPECT_EQ(whole.block_rows, 32);
+  std::vector<float> expected(64 * 64);
+  dequantize_rows(whole, 0, 64, expected.data());
+  const auto check = [&](const Weight& part, const WeightSlice& slice) {
+    std::vector<float> got(part.rows() * part.cols());
+    dequantize_rows(part, 0, part.rows(), got.data());
+    for (int64_t r = 0; r < part.rows(); ++r) {
+      for (int64_t c = 0; c < part.cols(); ++c) {
+        const int64_t row = r + (slice.dim == 0 ? slice.begin : 0);
+        const int64_t col = c + (slice.dim == 1 ? slice.begin : 0);
+        ASSERT_EQ(got[r * part.cols() + c], expected[row * 64 + col]) << r << ", " << c;
+      }
+    }
+  };
+  for (const WeightSlice slice : {WeightSlice{0, 16, 32}, WeightSlice{1, 32, 32}}) {
+    WeightSource part = WeightSource::from_checkpoint(dir);
+    part.set_quantization(config.quantization);
+    check(part.get_weight(name, {64, 64}, slice), slice);
+  }
+  WeightSource misaligned = WeightSource::from_checkpoint(dir);
+  misaligned.set_quantization(config.quantization);
+  try {
+    misaligned.get_weight(name, {64, 64}, {1, 16, 16});
+    ADD_FAILURE() << "a column slice inside a block was accepted";
+  } catch (const Error& error) {
+    EXPECT_NE(std::string(error.what()).find("inside a block of 32 columns"), std::string::npos)
+        << error.what();
+  }
+  WeightSource plain = WeightSource::from_checkpoint(dir);
+  try {
+    plain.get(name, {64, 64});
+    ADD_FAILURE() << "an FP8 tensor was read as a plain weight";
+  } catch (const Error& error) {
+    EXPECT_NE(std::string(error.what()).find("FP8"), std::string::npos) << error.what();
+  }
+}
+
+// --quantization fp8 on a plain checkpoint: each projection is quantize_fp8 of the stored tensor
+// in the config's blocks, on the host; modules the config leaves out, and plain get(), stay as
+// stored.
+TEST(WeightsTest, QuantizesProjectionsAtLoad) {
+  QuantizationConfig quantization = resolve_quantization({}, "fp8");
+  quantization.block_rows = quantization.block_cols = 32;
+  quantization.ignored = {"model.layers.1"};
+  WeightSource weights = WeightSource::from_checkpoint(fixture("llama-tiny"));
+  weights.set_quantization(quantization);
+  WeightSource reference = WeightSource::from_checkpoint(fixture("llama-tiny"));
+  const std::string name = "model.layers.0.mlp.down_proj.weight";
+  const Weight got = weights.get_weight(name, {64, 128});
+  const Weight expected = quantize_fp8(reference.get(name, {64, 128}), 32, 32);
+  ASSERT_TRUE(got.quantized());
+  EXPECT_EQ(std::memcmp(got.values.raw_data(), expected.values.raw_data(), 64 * 128), 0);
+  EXPECT_EQ(std::memcmp(got.scales.raw_data(), expected.scales.raw_data(), 2 * 4 * 4), 0);
+  EXPECT_FALSE(weights.get_weight("model.layers.1.mlp.down_proj.weight", {64, 128}).quantized());
+  EXPECT_EQ(weights.get("model.norm.weight", {64}).dtype(), DType::kF32);
+  // Dummy weights of an FP8 config are quantized too (benchmarks of FP8 checkpoints' shapes).
+  WeightSource dummy = WeightSource::dummy(DType::kBF16, 3);
+  dummy.set_quantization(quantization);
+  EXPECT_TRUE(dummy.get_weight(name, {64, 128}).quantized());
+}
+
+// A checkpoint's FP8 tensor needs its scale, of the shape its blocks give.
+TEST(WeightsTest, Fp8ScalesAreChecked) {
+  const std::string dir = ::testing::TempDir() + "pagoda_weights_fp8_" + std::to_string(::getpid());
+  std::filesystem::create_directories(dir);
+  const auto write = [&](const nlohmann::json& header, int64_t bytes) {
+    const std::string text = header.dump();
+    const uint64_t length = text.size();
+    std::ofstream file(dir + "/model.safetensors", std::ios::binary | std::ios::trunc);
+    file.write(reinterpret_cast<const char*>(&length), 8);
+    file << text << std::string(bytes, '\0');
+  };
+  QuantizationConfig quantization = resolve_quantization({}, "fp8");
+  quantization.stored = true;
+  quantization.block_rows = quantization.block_cols = 16;
+  const nlohmann::json weight = {
+      {"dtype", "F8_E4M3"}, {"shape", {32, 16}}, {"data_offsets", {0, 512}}};
+  const auto expect_error = [&](const std::string& fragment) {
+    WeightSource weights = WeightSource::from_checkpoint(dir);
+    weights.set_quantization(quantization);
+    try {
+      weights.get_weight("w.weight", {32, 16});
+      ADD_FAILURE() << "expected an error with '" << fragment << "'";
+    } catch (const Error& error) {
+      EXPECT_NE(std::string(error.what()).find(fragment), std::string::npos) << error.what();
+    }
+  };
+  write({{"w.weight", weight}}, 512);
+  expect_error("has no scale");
+  write(
+      {{"w.weight", weight},
+       {"w.weight_scale_inv", {{"dtype", "F32"}, {"shape", {1, 1}}, {"data_offsets", {512, 516}}}}},
+      516);
+  expect_error("needs [2, 1] f32 scales");
+  write(
+      {{"w.weight", weight},
+       {"w.weight_scale_inv", {{"dtype", "F32"}, {"shape", {2, 1}}, {"data_offsets", {512, 520}}}}},
+      520);
+  WeightSource good = WeightSource::from_checkpoint(dir);
+  good.set_quantization(quantization);
+  EXPECT_EQ(good.get_weight("w.weight", {32, 16}).scales.shape(), (Shape{2, 1}));
+  std::filesystem::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace pagoda

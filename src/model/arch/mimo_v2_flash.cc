@@ -127,9 +127,9 @@ MiMoV2FlashModel::Moe MiMoV2FlashModel::load_moe(WeightSource& weights, const Co
   moe.tp = tp;
   for (int64_t e = moe.first_expert; e < moe.first_expert + tp.share_of(experts); ++e) {
     const std::string expert = prefix + ".experts." + std::to_string(e);
-    moe.experts.push_back({weights.get(expert + ".gate_proj.weight", {inner, hidden}),
-                           weights.get(expert + ".up_proj.weight", {inner, hidden}),
-                           weights.get(expert + ".down_proj.weight", {hidden, inner})});
+    moe.experts.push_back({weights.get_weight(expert + ".gate_proj.weight", {inner, hidden}),
+                           weights.get_weight(expert + ".up_proj.weight", {inner, hidden}),
+                           weights.get_weight(expert + ".down_proj.weight", {hidden, inner})});
   }
   return moe;
 }

@@ -20,9 +20,9 @@ class MiMoV2FlashModel : public CausalLm {
 
  private:
   struct Expert {
-    Tensor gate;  // [inner, hidden]
-    Tensor up;    // [inner, hidden]
-    Tensor down;  // [hidden, inner]
+    Weight gate;  // [inner, hidden]
+    Weight up;    // [inner, hidden]
+    Weight down;  // [hidden, inner]
   };
   struct Moe {
     Tensor router;                // [experts, hidden]

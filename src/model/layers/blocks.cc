@@ -7,7 +7,7 @@
 
 namespace pagoda {
 
-Tensor project(const Tensor& x, const Tensor& weight) {
+Tensor project(const Tensor& x, const Weight& weight) {
   return ops::linear(x, weight);
 }
 
@@ -64,39 +64,24 @@ void RmsNorm::add_apply(const Tensor& residual, const Tensor& x, const Tensor& o
   ops::add_rms_norm(residual, x, weight, eps, weight_offset, out);
 }
 
-Tensor stack_rows(const std::vector<Tensor>& weights) {
-  int64_t rows = 0;
-  for (const Tensor& w : weights)
-    rows += w.size(0);
-  Tensor stacked =
-      Tensor::uninitialized({rows, weights[0].size(1)}, weights[0].dtype(), weights[0].device());
-  int64_t row = 0;
-  for (const Tensor& w : weights) {
-    stacked.narrow(0, row, w.size(0)).copy_from(w);
-    row += w.size(0);
-  }
-  return stacked;
-}
-
 GatedMlp GatedMlp::load(WeightSource& weights, const std::string& prefix, int64_t hidden,
                         int64_t inner, cpu::Activation activation, const TensorParallel& tp) {
-  GatedMlp mlp{weights.get(prefix + ".gate_proj.weight", {inner, hidden}, tp.share(0, inner)),
-               weights.get(prefix + ".up_proj.weight", {inner, hidden}, tp.share(0, inner)),
-               weights.get(prefix + ".down_proj.weight", {hidden, inner}, tp.share(1, inner)),
-               activation};
+  GatedMlp mlp{
+      weights.get_weight(prefix + ".gate_proj.weight", {inner, hidden}, tp.share(0, inner)),
+      weights.get_weight(prefix + ".up_proj.weight", {inner, hidden}, tp.share(0, inner)),
+      weights.get_weight(prefix + ".down_proj.weight", {hidden, inner}, tp.share(1, inner)),
+      activation};
   mlp.tp = tp;
-  if (!weights.device().is_cpu()) {
-    const int64_t rows = mlp.gate.size(0);
+  if (!weights.device().is_cpu() && can_stack_rows({mlp.gate, mlp.up})) {
     mlp.gate_up = stack_rows({mlp.gate, mlp.up});
-    mlp.gate = mlp.gate_up.narrow(0, 0, rows);
-    mlp.up = mlp.gate_up.narrow(0, rows, rows);
+    mlp.gate = mlp.up = Weight();
   }
   return mlp;
 }
 
 Tensor GatedMlp::forward(const Tensor& x) const {
   if (gate_up.defined()) {
-    const int64_t inner = gate.size(0);
+    const int64_t inner = down.cols();
     const Tensor both = project(x, gate_up);
     Tensor out = ops::like(x, {x.size(0), inner});
     ops::gated_activation(activation, both.narrow(1, 0, inner), both.narrow(1, inner, inner), out);
@@ -128,20 +113,20 @@ SelfAttention::SelfAttention(WeightSource& weights, const std::string& prefix, i
     return tp.size == 1 ? WeightSlice{} : WeightSlice{dim, begin * size, count * size};
   };
   const int64_t hk = layer.head_size_k, hv = layer.head_size_v;
-  q_proj_ = weights.get(prefix + ".q_proj.weight", {layer.num_q_heads * hk, hidden},
-                        part(0, heads.q_begin, heads.q_count, hk));
-  o_proj_ = weights.get(prefix + ".o_proj.weight", {hidden, layer.num_q_heads * hv},
-                        part(1, heads.q_begin, heads.q_count, hv));
+  q_proj_ = weights.get_weight(prefix + ".q_proj.weight", {layer.num_q_heads * hk, hidden},
+                               part(0, heads.q_begin, heads.q_count, hk));
+  o_proj_ = weights.get_weight(prefix + ".o_proj.weight", {hidden, layer.num_q_heads * hv},
+                               part(1, heads.q_begin, heads.q_count, hv));
   if (options.qk_norm) {
     q_norm_ =
         RmsNorm::load(weights, prefix + ".q_norm.weight", layer.head_size_k, options.norm_eps);
   }
   if (owns_kv_) {
-    k_proj_ = weights.get(prefix + ".k_proj.weight", {layer.num_kv_heads * hk, hidden},
-                          part(0, heads.kv_begin, heads.kv_count, hk));
+    k_proj_ = weights.get_weight(prefix + ".k_proj.weight", {layer.num_kv_heads * hk, hidden},
+                                 part(0, heads.kv_begin, heads.kv_count, hk));
     if (!options.k_eq_v) {
-      v_proj_ = weights.get(prefix + ".v_proj.weight", {layer.num_kv_heads * hv, hidden},
-                            part(0, heads.kv_begin, heads.kv_count, hv));
+      v_proj_ = weights.get_weight(prefix + ".v_proj.weight", {layer.num_kv_heads * hv, hidden},
+                                   part(0, heads.kv_begin, heads.kv_count, hv));
     }
     if (options.v_norm) v_norm_ = RmsNormParams{Tensor(), options.norm_eps, 0.0f};
     if (options.qk_norm) {
@@ -165,7 +150,7 @@ SelfAttention::SelfAttention(WeightSource& weights, const std::string& prefix, i
   inverse_frequencies_ = rope_inverse_frequencies(rope);
   rotary_dim_ = rope.rotary_dim;
   if (!weights.device().is_cpu()) {
-    if (owns_kv_ && !options.k_eq_v) {
+    if (owns_kv_ && !options.k_eq_v && can_stack_rows({q_proj_, k_proj_, v_proj_})) {
       qkv_proj_ = stack_rows({q_proj_, k_proj_, v_proj_});
     }
     device_frequencies_ = on_device(inverse_frequencies_);

@@ -26,11 +26,11 @@ struct RmsNorm : RmsNormParams {
 // down(act(gate(x)) * up(x)). Under tensor parallelism each rank holds inner / size rows of gate
 // and up and those columns of down, and the ranks' partial outputs are summed.
 struct GatedMlp {
-  Tensor gate;  // [inner, hidden]
-  Tensor up;    // [inner, hidden]
-  Tensor down;  // [hidden, inner]
+  Weight gate;  // [inner, hidden]; undefined once fused into gate_up
+  Weight up;    // [inner, hidden]; the same
+  Weight down;  // [hidden, inner]
   cpu::Activation activation = cpu::Activation::kSilu;
-  Tensor gate_up;  // [2 * inner, hidden]: gate then up in one GEMM, for a model on a GPU
+  Weight gate_up;  // [2 * inner, hidden]: gate then up in one GEMM, for a model on a GPU
   TensorParallel tp;
 
   // Reads <prefix>.gate_proj.weight, up_proj and down_proj (this rank's share of them).
@@ -39,9 +39,6 @@ struct GatedMlp {
   // x: [T, hidden] -> [T, hidden].
   Tensor forward(const Tensor& x) const;
 };
-
-// Rows [a; b] of two device weights in one tensor, so one GEMM computes both products.
-Tensor stack_rows(const std::vector<Tensor>& weights);
 
 struct SelfAttentionOptions {
   bool qk_norm = false;        // RMSNorm over each head's q and k before RoPE (Qwen3, Gemma 4)
@@ -91,8 +88,8 @@ class SelfAttention {
   SelfAttentionOptions options_;
   TensorParallel tp_;
   bool owns_kv_ = true;
-  Tensor q_proj_, k_proj_, v_proj_, o_proj_;
-  Tensor qkv_proj_;  // [q + k + v, hidden] on a GPU, for a layer with its own K and V (not K = V)
+  Weight q_proj_, k_proj_, v_proj_, o_proj_;
+  Weight qkv_proj_;  // [q + k + v, hidden] on a GPU, for a layer with its own K and V (not K = V)
   std::optional<RmsNorm> q_norm_, k_norm_;
   std::optional<RmsNormParams> v_norm_;  // without a weight, with options_.v_norm
   Tensor sinks_;  // [attended_heads_] f32 on the model's device, when options_.sinks
@@ -141,7 +138,7 @@ Tensor mix_experts(const Tensor& x, const ExpertChoices& chosen, int64_t first, 
                    const TensorParallel& tp,
                    const std::function<Tensor(int64_t, const Tensor&)>& expert);
 
-// [rows, cols] f32 product of x and a weight, through cpu::linear.
-Tensor project(const Tensor& x, const Tensor& weight);
+// x · weightᵀ in x's dtype (ops::linear).
+Tensor project(const Tensor& x, const Weight& weight);
 
 }  // namespace pagoda
