@@ -88,8 +88,12 @@ IterationTimes run_iteration(Engine& engine, const BenchOptions& options, int64_
     }
   }
   times.end_to_end_s = seconds_since(started);
-  for (int64_t id : ids)
+  for (int64_t id : ids) {
+    // A step that threw ends its requests with an error; their times would mean nothing.
+    const Request& request = engine.request(id);
+    if (request.finish_reason == FinishReason::kError) fail("a request failed: {}", request.error);
     engine.release(id);
+  }
   return times;
 }
 
