@@ -42,6 +42,11 @@ for batch in 1 64; do
     --batch-size $batch --input-len 512 --output-len 128 --num-iters 2 --temperature 0.8 \
     --top-p 0.95
 done
+for batch in 1 16; do
+  step "bench_llama-3-8b_batch${batch}_fp8" "$build/src/pagoda" bench \
+    --model bench/configs/llama-3-8b --load-format dummy --device cuda --max-model-len 4096 \
+    --batch-size $batch --input-len 512 --output-len 128 --num-iters 2 --quantization fp8
+done
 step bench_llama-3-8b_batch64 "$build/src/pagoda" bench --model bench/configs/llama-3-8b \
   --load-format dummy --device cuda --max-model-len 4096 --batch-size 64 --input-len 512 \
   --output-len 128 --num-iters 2
