@@ -35,7 +35,7 @@ struct AttentionSupport {
   // (K, V) head sizes the kernels take; empty: any.
   std::vector<std::pair<int64_t, int64_t>> head_sizes;
   int64_t max_q_per_kv = 0;         // query heads per KV head; 0: any
-  std::vector<DType> cache_dtypes;  // empty: any floating type
+  std::vector<DType> cache_dtypes;  // empty: any KV cache dtype (is_kv_cache_dtype)
 };
 
 class AttentionBackend {

@@ -15,6 +15,7 @@ struct CacheFlags {
   int64_t block_size = 16;
   std::optional<int64_t> max_model_len;
   std::string dtype = "auto";
+  std::string kv_cache_dtype = "auto";  // vLLM's spelling of the same choice, with fp8
   std::string attention_backend = "auto";
   std::string buffer_layout = "separate";
 };

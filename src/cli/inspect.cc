@@ -156,9 +156,16 @@ InspectReport build_inspect_report(const InspectOptions& options) {
       report.target.quantization));
   const std::optional<ModelConfig> rank_drafter =
       report.drafter ? std::optional(rank_model_config(*report.drafter, tp, dcp)) : std::nullopt;
-  report.plan = plan_cache(rank_model_config(report.target, tp, dcp),
-                           rank_drafter ? &*rank_drafter : nullptr, cache);
+  const ModelConfig rank_target = rank_model_config(report.target, tp, dcp);
+  report.plan = plan_cache(rank_target, rank_drafter ? &*rank_drafter : nullptr, cache);
   report.dtype = *cache.dtype;
+  if (report.dtype != DType::kBF16 || cache.draft_dtype) {
+    CacheConfig bf16 = cache;
+    bf16.dtype = DType::kBF16;
+    bf16.draft_dtype.reset();
+    report.bf16_tokens_per_gib =
+        rank_tokens_per_gib(plan_cache(rank_target, rank_drafter ? &*rank_drafter : nullptr, bf16));
+  }
   report.attention_backend = cache.backend->name();
   return report;
 }
@@ -239,7 +246,9 @@ nlohmann::json inspect_report_json(const InspectReport& report) {
       {"size", report.tensor_parallel_size},
       {"params_per_rank", report.rank_params},
       {"weight_bytes_per_rank", report.rank_weight_bytes},
-      {"kv_tokens_per_gib_per_rank", tokens_per_gib ? nlohmann::json(*tokens_per_gib) : nullptr}};
+      {"kv_tokens_per_gib_per_rank", tokens_per_gib ? nlohmann::json(*tokens_per_gib) : nullptr},
+      {"kv_tokens_per_gib_per_rank_at_bfloat16",
+       report.bf16_tokens_per_gib ? nlohmann::json(*report.bf16_tokens_per_gib) : nullptr}};
   out["decode_context_parallel"] = {{"size", plan.context_parallel_size},
                                     {"interleave", plan.context_interleave}};
   out["kv_cache"] = {
@@ -279,6 +288,12 @@ std::string inspect_report_text(const InspectReport& report) {
       fmt::format("weights {} ({:.3f} B params), KV {} bytes/token held ({} tokens per GiB)",
                   format_bytes(report.rank_weight_bytes), report.rank_params / 1e9, bytes_per_token,
                   tokens_per_gib ? std::to_string(*tokens_per_gib) : "-");
+  if (tokens_per_gib && report.bf16_tokens_per_gib) {
+    out += fmt::format(
+        "kv gain      {} tokens per GiB against {} in bfloat16 ({:.2f}x)\n", *tokens_per_gib,
+        *report.bf16_tokens_per_gib,
+        static_cast<double>(*tokens_per_gib) / static_cast<double>(*report.bf16_tokens_per_gib));
+  }
   const int64_t ranks =
       world_size(report.tensor_parallel_size, report.decode_context_parallel_size);
   if (ranks == 1) {
@@ -325,15 +340,16 @@ std::string inspect_report_text(const InspectReport& report) {
   out += pages.render("  ") + "\n";
 
   out += fmt::format("groups ({} tensors share each block id)\n", plan.slots_per_block);
-  TextTable groups({"group", "type", "window", "block", "kv_heads", "head_k/v", "page real",
-                    "page padded", "block stride idx", "layers"});
+  TextTable groups({"group", "type", "window", "block", "kv_heads", "head_k/v", "dtype",
+                    "page real", "page padded", "block stride idx", "layers"});
   for (size_t g = 0; g < plan.groups.size(); ++g) {
     const KvSpec& spec = plan.groups[g].spec;
     groups.add({std::to_string(g), std::string(attention_kind_name(spec.kind)), window_text(spec),
                 std::to_string(spec.page.block_size), std::to_string(spec.page.num_kv_heads),
                 fmt::format("{}/{}", spec.page.head_size_k, spec.page.head_size_v),
-                std::to_string(spec.real_page_bytes()), std::to_string(spec.page_bytes()),
-                spec.indexes_kv_by_block_stride ? "yes" : "no", layer_list(plan.groups[g].layers)});
+                std::string(dtype_name(spec.page.dtype)), std::to_string(spec.real_page_bytes()),
+                std::to_string(spec.page_bytes()), spec.indexes_kv_by_block_stride ? "yes" : "no",
+                layer_list(plan.groups[g].layers)});
   }
   out += groups.render("  ") + "\n";
 

@@ -39,6 +39,9 @@ struct InspectReport {
   int64_t rank_params = 0;        // parameters one rank holds
   int64_t rank_weight_bytes = 0;  // at the checkpoint's dtype (bf16 when it states none) and FP8
   KvCachePlan plan;
+  // With a KV dtype other than bfloat16: the tokens per GiB the same plan holds in bfloat16, for
+  // the gain.
+  std::optional<int64_t> bf16_tokens_per_gib;
 };
 
 // Reads the configs and plans the cache. Throws Error on bad input.

@@ -4,6 +4,10 @@
 
 namespace pagoda {
 
+bool is_kv_cache_dtype(DType dtype) {
+  return is_floating(dtype) || dtype == DType::kF8E4M3;
+}
+
 CacheConfig resolve_cache_config(CacheConfig config, const ModelConfig& target, Device device) {
   if (config.backend == nullptr) {
     config.backend = &default_attention_backend(device.type);
@@ -13,9 +17,13 @@ CacheConfig resolve_cache_config(CacheConfig config, const ModelConfig& target, 
   }
   if (!config.dtype)
     config.dtype = device.is_cpu() ? target.dtype.value_or(DType::kBF16) : DType::kBF16;
-  if (!is_floating(*config.dtype)) {
-    fail("KV cache dtype {} is not a floating type; expected float32, bfloat16 or float16",
-         dtype_name(*config.dtype));
+  for (const std::optional<DType>& dtype : {config.dtype, config.draft_dtype}) {
+    if (dtype && !is_kv_cache_dtype(*dtype)) {
+      fail(
+          "KV cache dtype {} is not one a cache is kept in; expected float32, bfloat16, float16 "
+          "or float8_e4m3",
+          dtype_name(*dtype));
+    }
   }
   const int64_t max_model_len = config.max_model_len.value_or(target.max_position_embeddings);
   if (max_model_len > target.max_position_embeddings) {
@@ -38,8 +46,10 @@ KvCachePlan plan_cache(const ModelConfig& target, const ModelConfig* drafter,
                                .layout = config.layout,
                                .context_parallel_size = config.context_parallel_size,
                                .context_interleave = config.context_interleave};
-  const KvLayerOptions layers{
-      .block_size = config.block_size, .dtype = *config.dtype, .backend = config.backend};
+  const KvLayerOptions layers{.block_size = config.block_size,
+                              .dtype = *config.dtype,
+                              .draft_dtype = config.draft_dtype,
+                              .backend = config.backend};
   return plan_kv_cache(build_kv_layers(target, drafter, layers), options);
 }
 

@@ -14,8 +14,12 @@
 namespace pagoda {
 
 struct CacheConfig {
-  // The KV dtype; nullopt (auto): bfloat16 on a GPU, else the target's dtype (else bfloat16).
+  // The KV dtype (is_kv_cache_dtype); nullopt (auto): bfloat16 on a GPU, else the target's dtype
+  // (else bfloat16).
   std::optional<DType> dtype;
+  // The drafter's layers' KV dtype when it differs (a bf16 drafter beside an FP8 target); nullopt:
+  // dtype.
+  std::optional<DType> draft_dtype;
   // The attention backend that plans the layout and runs; null (auto): the device's.
   const AttentionBackend* backend = nullptr;
   int64_t block_size = 16;               // tokens per block before page sizes are unified
@@ -29,6 +33,9 @@ struct CacheConfig {
   int64_t context_parallel_size = 1;
   int64_t context_interleave = 1;
 };
+
+// Whether a KV cache may be kept in `dtype`: a floating type, or e4m3 (with scale 1).
+bool is_kv_cache_dtype(DType dtype);
 
 // `config` with its automatic choices made for `target` on `device`. Throws Error when the named
 // backend does not run on the device, or max_model_len is longer than the target's

@@ -54,13 +54,13 @@ void check_backend_supports(const KvLayer& layer, DType kv_dtype) {
   }
 }
 
-KvSpec owner_spec(const KvLayer& layer, const KvLayerOptions& options) {
+KvSpec owner_spec(const KvLayer& layer, const KvLayerOptions& options, DType dtype) {
   const LayerAttentionConfig& attention = layer.attention;
   const KvPageShape page{.block_size = options.block_size,
                          .num_kv_heads = attention.num_kv_heads,
                          .head_size_k = attention.head_size_k,
                          .head_size_v = attention.head_size_v,
-                         .dtype = options.dtype};
+                         .dtype = dtype};
   return KvSpec{.kind = attention.kind,
                 .sliding_window = attention.sliding_window,
                 .page = page,
@@ -114,12 +114,14 @@ void append_model(std::vector<KvLayer>& layers, const ModelConfig& model, ModelR
     layer.role = role;
     layer.name = (layer.is_drafter() ? kDraftPrefix : "") + layer.attention.name;
     layer.backend = backend;
-    check_backend_supports(layer, options.dtype);
+    const DType dtype =
+        layer.is_drafter() ? options.draft_dtype.value_or(options.dtype) : options.dtype;
+    check_backend_supports(layer, dtype);
 
     int64_t source = -1;
     switch (layer.attention.kv_source) {
       case KvSource::kOwn:
-        layer.spec = owner_spec(layer, options);
+        layer.spec = owner_spec(layer, options, dtype);
         layers.push_back(std::move(layer));
         continue;
       case KvSource::kEarlierLayer: {

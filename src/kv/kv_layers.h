@@ -31,6 +31,7 @@ constexpr int64_t kMaxBlockSize = 65536;  // tokens
 struct KvLayerOptions {
   int64_t block_size = 16;  // tokens per block before page-size unification
   DType dtype = DType::kBF16;
+  std::optional<DType> draft_dtype;                 // the drafter's layers'; default: dtype
   const AttentionBackend* backend = nullptr;        // reads the target's layers
   const AttentionBackend* draft_backend = nullptr;  // reads the drafter's layers; default: backend
 };

@@ -123,6 +123,7 @@ TEST(GenerateCliTest, BadInputIsOneLineAndNonZero) {
       {"--prompt-ids 1 --device gpu", "unknown device 'gpu'"},
       {"--prompt-ids 1 --load-format gguf", "unknown load format 'gguf'"},
       {"--prompt-ids 1 --quantization int4", "unknown --quantization 'int4'"},
+      {"--prompt-ids 1 --kv-cache-dtype int8", "'int8'"},
       {"", "no prompts"},
       {"--prompts-file /nonexistent/prompts.jsonl", "cannot read prompts file"},
   };

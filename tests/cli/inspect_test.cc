@@ -80,6 +80,28 @@ TEST(InspectCliTest, ExampleConfigsAllPlan) {
   }
 }
 
+// An FP8 KV cache (--kv-cache-dtype fp8) halves every page: twice the tokens per GiB of bfloat16,
+// shown per group; the CUDA backend refuses it at planning (its kernels read bfloat16 pages).
+TEST(InspectCliTest, Fp8KvCacheShowsItsGain) {
+  const std::string model = "inspect --model " + example("llama-3-8b") + " --kv-cache-dtype fp8";
+  const CliRun run = run_pagoda(model + " --json");
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  const nlohmann::json report = nlohmann::json::parse(run.out);
+  EXPECT_EQ(report["dtype"], "float8_e4m3");
+  for (const nlohmann::json& group : report["groups"])
+    EXPECT_EQ(group["spec"]["dtype"], "float8_e4m3");
+  const nlohmann::json& tp = report["tensor_parallel"];
+  EXPECT_EQ(tp["kv_tokens_per_gib_per_rank"].get<int64_t>(),
+            2 * tp["kv_tokens_per_gib_per_rank_at_bfloat16"].get<int64_t>());
+  const CliRun text = run_pagoda(model);
+  EXPECT_NE(text.out.find("(2.00x)"), std::string::npos) << text.out;
+  const CliRun cuda = run_pagoda(model + " --attention-backend cuda");
+  EXPECT_EQ(cuda.exit_code, 1);
+  EXPECT_NE(cuda.err.find("keeps its KV cache in bfloat16, not float8_e4m3"), std::string::npos)
+      << cuda.err;
+  EXPECT_NE(run_pagoda(model + " --dtype bfloat16").exit_code, 0);  // one or the other
+}
+
 TEST(InspectCliTest, BadInputIsOneLineAndNonZero) {
   struct Case {
     const char* label;

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <set>
 
 #include "engine/engine.h"
 #include "engine/proposer.h"
@@ -143,6 +144,48 @@ INSTANTIATE_TEST_SUITE_P(
         // Llama with another Llama as draft model.
         Pair{"llama-tiny", "llama3-rope-tiny", "llama_llama"}),
     [](const ::testing::TestParamInfo<Pair>& info) { return std::string(info.param.label); });
+
+// One pool holding FP8 (e4m3) pages for the target beside bf16 pages for its draft model (itself,
+// so most drafts are kept): page sizes unify over bytes, and the greedy tokens and
+// log-probabilities are those of the target alone in an FP8 pool of its own.
+TEST(SpeculativeEngineTest, Fp8TargetPagesBesideBf16DrafterPages) {
+  auto pair = load_pair("llama-tiny", "llama-tiny", 3);
+  const CacheConfig mixed{.dtype = DType::kF8E4M3,
+                          .draft_dtype = DType::kBF16,
+                          .block_size = 4,
+                          .max_model_len = 128,
+                          .num_blocks = 400};
+  pair->target->plan = plan_on_cpu(pair->target->config, &pair->drafter_config, mixed);
+  pair->target->memory = allocate_kv_cache(pair->target->plan, Device::cpu());
+  std::set<DType> dtypes;
+  for (const KvGroup& group : pair->target->plan.groups)
+    dtypes.insert(group.spec.page.dtype);
+  EXPECT_EQ(dtypes, (std::set<DType>{DType::kF8E4M3, DType::kBF16}));
+  const std::vector<GenerationRequest> requests = reference_requests(*pair->target);
+  GenerationStats stats;
+  const std::vector<Request> spec = pair->run(requests, true, {}, &stats);
+  EXPECT_GT(stats.spec_accepted_tokens, stats.spec_draft_tokens / 2);
+
+  auto alone = load_fixture("llama-tiny");
+  CacheConfig own = mixed;
+  own.draft_dtype.reset();
+  alone->plan = plan_on_cpu(alone->config, nullptr, own);
+  alone->memory = allocate_kv_cache(alone->plan, Device::cpu());
+  const std::vector<Request> plain = testing::run(*alone, requests);
+  const std::vector<std::vector<int32_t>> reference = reference_tokens(*pair->target);
+  int64_t same_as_f32 = 0;
+  for (size_t r = 0; r < requests.size(); ++r) {
+    SCOPED_TRACE(fmt::format("prompt {}", r));
+    EXPECT_EQ(token_ids(spec[r]), token_ids(plain[r]));
+    ASSERT_EQ(spec[r].output_logprobs.size(), plain[r].output_logprobs.size());
+    for (size_t t = 0; t < spec[r].output_logprobs.size(); ++t)
+      EXPECT_NEAR(spec[r].output_logprobs[t].logprob, plain[r].output_logprobs[t].logprob, 1e-4);
+    same_as_f32 += token_ids(plain[r]) == reference[r];
+  }
+  // e4m3 K and V are lossy, but not so lossy that the greedy path leaves transformers' on every
+  // prompt.
+  EXPECT_GT(same_as_f32, 0);
+}
 
 // transformers' own assisted generation (tools/make_fixtures.py --assisted: greedy, a constant 3
 // drafts a round) on the pairs it runs: pagoda's speculative decoding with the same drafter gives
