@@ -84,6 +84,16 @@ void fill_dummy(const Tensor& tensor, const std::string& name, uint64_t seed, co
   }
 }
 
+// Error naming `name` for a slice (other than none: length 0) outside `shape`.
+void check_slice(const std::string& name, const Shape& shape, const WeightSlice& slice) {
+  if (slice.length != 0 &&
+      (slice.dim < 0 || slice.dim >= static_cast<int64_t>(shape.size()) || slice.begin < 0 ||
+       slice.length < 0 || slice.begin + slice.length > shape[slice.dim])) {
+    fail("'{}': a slice of [{}, {}) along dim {} is outside its shape {}", name, slice.begin,
+         slice.begin + slice.length, slice.dim, shape);
+  }
+}
+
 // Reads one byte per page so the mapping is resident before the first step.
 void touch_pages(const Tensor& tensor) {
   const volatile std::byte* data = tensor.raw_data();
@@ -189,12 +199,7 @@ Tensor WeightSource::get(const std::string& name, const Shape& shape, const Weig
 Tensor WeightSource::host_tensor(const std::string& name, const Shape& shape,
                                  const WeightSlice& slice) {
   const bool whole = slice.length == 0;
-  if (!whole &&
-      (slice.dim < 0 || slice.dim >= static_cast<int64_t>(shape.size()) || slice.begin < 0 ||
-       slice.length < 0 || slice.begin + slice.length > shape[slice.dim])) {
-    fail("'{}': a slice of [{}, {}) along dim {} is outside its shape {}", name, slice.begin,
-         slice.begin + slice.length, slice.dim, shape);
-  }
+  check_slice(name, shape, slice);
   Shape part = shape;
   if (!whole) part[slice.dim] = slice.length;
   if (!checkpoint_) {
@@ -280,12 +285,8 @@ Weight WeightSource::stored_fp8(const std::string& name, const Shape& shape,
     f32.data<float>()[i] =
         cpu::load_float(dense.raw_data() + i * dense.element_size(), dense.dtype());
   Weight weight(values, f32, block_rows, block_cols);
+  check_slice(name, shape, slice);
   if (slice.length != 0) {
-    if (slice.dim < 0 || slice.dim > 1 || slice.begin < 0 || slice.length < 0 ||
-        slice.begin + slice.length > shape[slice.dim]) {
-      fail("'{}': a slice of [{}, {}) along dim {} is outside its shape {}", name, slice.begin,
-           slice.begin + slice.length, slice.dim, shape);
-    }
     if (slice.dim == 0) {
       weight = weight.narrow_rows(slice.begin, slice.length);
     } else {

@@ -152,6 +152,7 @@ SelfAttention::SelfAttention(WeightSource& weights, const std::string& prefix, i
   if (!weights.device().is_cpu()) {
     if (owns_kv_ && !options.k_eq_v && can_stack_rows({q_proj_, k_proj_, v_proj_})) {
       qkv_proj_ = stack_rows({q_proj_, k_proj_, v_proj_});
+      q_proj_ = k_proj_ = v_proj_ = Weight();  // forward_fused reads the stack alone
     }
     device_frequencies_ = on_device(inverse_frequencies_);
   }

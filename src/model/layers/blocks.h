@@ -88,7 +88,7 @@ class SelfAttention {
   SelfAttentionOptions options_;
   TensorParallel tp_;
   bool owns_kv_ = true;
-  Weight q_proj_, k_proj_, v_proj_, o_proj_;
+  Weight q_proj_, k_proj_, v_proj_, o_proj_;  // q, k and v undefined once stacked in qkv_proj_
   Weight qkv_proj_;  // [q + k + v, hidden] on a GPU, for a layer with its own K and V (not K = V)
   std::optional<RmsNorm> q_norm_, k_norm_;
   std::optional<RmsNormParams> v_norm_;  // without a weight, with options_.v_norm
