@@ -37,6 +37,19 @@ __device__ __forceinline__ void widen4(uint32_t word, float (&out)[4]) {
   out[3] = b.y;
 }
 
+// The 16 e4m3 weights of a 16-byte load as floats.
+__device__ __forceinline__ void widen16(const uint4& w, float (&out)[kPiece]) {
+  const uint32_t words[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    float v[4];
+    widen4(words[i], v);
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+      out[4 * i + j] = v[j];
+  }
+}
+
 // 16 bf16 values of x (two 16-byte pieces) as floats.
 __device__ __forceinline__ void widen_x(const bf16* x, float (&out)[kPiece]) {
   const uint4 lo = *reinterpret_cast<const uint4*>(x);
@@ -109,15 +122,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) fp8_gemv_kernel(Fp8Args a
 #pragma unroll
       for (int r = 0; r < kRowsPerWarp; ++r) {
         scale[r] = __ldg(s_rows[r] + column_block);
-        const uint32_t words[4] = {w[r][u].x, w[r][u].y, w[r][u].z, w[r][u].w};
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          float v[4];
-          widen4(words[i], v);
-#pragma unroll
-          for (int j = 0; j < 4; ++j)
-            wf[r][4 * i + j] = v[j];
-        }
+        widen16(w[r][u], wf[r]);
       }
 #pragma unroll
       for (int m = 0; m < kM; ++m) {
@@ -152,7 +157,7 @@ __global__ void dequantize_kernel(Fp8Args args, bf16* out) {
   const uint32_t words[4] = {w.x, w.y, w.z, w.w};
   alignas(16) bf16 values[kPiece];
 #pragma unroll
-  for (int i = 0; i < 4; ++i) {
+  for (int i = 0; i < 4; ++i) {  // widened and scaled a word at a time
     float v[4];
     widen4(words[i], v);
 #pragma unroll
