@@ -113,10 +113,11 @@ QuantizationConfig parse_quantization(const nlohmann::json& json, const std::str
   quantization.fp8 = true;
   quantization.stored = true;
   if (const auto block = q.optional_integer_list("weight_block_size")) {
-    if (block->size() != 2 || (*block)[0] < 1 || (*block)[1] < 1 ||
-        (*block)[0] > ConfigReader::kMaxConfigInteger ||
-        (*block)[1] > ConfigReader::kMaxConfigInteger) {
-      q.fail_field("weight_block_size", "must be two positive integers [rows, columns]");
+    // Published blocks are 128 x 128; the bound keeps the kernels' 32-bit block arithmetic exact.
+    constexpr int64_t kMaxBlock = int64_t{1} << 16;
+    if (block->size() != 2 || (*block)[0] < 1 || (*block)[1] < 1 || (*block)[0] > kMaxBlock ||
+        (*block)[1] > kMaxBlock) {
+      q.fail_field("weight_block_size", "must be two integers [rows, columns] in [1, 65536]");
     }
     quantization.block_rows = (*block)[0];
     quantization.block_cols = (*block)[1];

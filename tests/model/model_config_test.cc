@@ -380,9 +380,11 @@ TEST(ModelConfigTest, Fp8Quantization) {
   expect_error(bad, {"quantization_config.fmt", "e5m2"});
   bad = config;
   bad["quantization_config"]["weight_block_size"] = {128};
-  expect_error(bad, {"quantization_config.weight_block_size", "two positive integers"});
-  bad["quantization_config"]["weight_block_size"] = {128, 0};
-  expect_error(bad, {"quantization_config.weight_block_size"});
+  expect_error(bad, {"quantization_config.weight_block_size", "two integers"});
+  for (const int64_t rows : {int64_t{0}, int64_t{1} << 35}) {  // 2^35 would overflow the kernels
+    bad["quantization_config"]["weight_block_size"] = {rows, 128};
+    expect_error(bad, {"quantization_config.weight_block_size", "[1, 65536]"});
+  }
   bad = config;
   bad["quantization_config"] = "fp8";
   expect_error(bad, {"quantization_config"});
