@@ -69,13 +69,15 @@ void run() {
                  100.0 * bytes / (ms * 1e-3) / copy, gemv_columns);
     }
   }
-  // The same shapes with FP8 weights in 128 x 128 blocks: the matrix-vector kernel up to
-  // kMaxFp8GemvRows rows (bytes: a byte a weight and the scales), a dequantized bf16 copy through
-  // cuBLASLt beyond it (the time includes the dequantization).
+  // The same shapes with FP8 weights in 128 x 128 blocks, each FP8 path alone: the matrix-vector
+  // kernel up to kMaxFp8GemvRows rows (bytes: a byte a weight and the scales), the tensor-core GEMM
+  // (x's quantization included) and the dequantized bf16 copy through cuBLASLt (the
+  // dequantization included); then what linear() picks, against the faster bf16 path.
   fmt::print(
       "\nFP8 weights (128 x 128 blocks)\n\n"
-      "| GEMM | N x K | M | fp8 µs | % of copy | ÷ best bf16 time |\n"
-      "|---|---|---:|---:|---:|---:|\n");
+      "| GEMM | N x K | M | gemv µs | % of copy | fp8 GEMM µs | % of copy | dequantized µs | "
+      "linear() ÷ best bf16 |\n"
+      "|---|---|---:|---:|---:|---:|---:|---:|---:|\n");
   for (const Case& c : cases) {
     const int64_t bytes = c.n * c.k + (c.n + 127) / 128 * ((c.k + 127) / 128) * 4;
     const int copies = static_cast<int>(std::clamp<int64_t>((int64_t{1} << 30) / bytes, 2, 8));
@@ -86,16 +88,27 @@ void run() {
       weights.push_back(quantize_fp8(host, 128, 128).to(gpu));
       dense.push_back(host.to(gpu));
     }
-    for (int64_t m : {1, 2, 4, 5, 8, 16, 64}) {
+    for (int64_t m : {1, 2, 4, 5, 8, 16, 64, 256}) {
       const Tensor x = random_bf16({m, c.k}, rng);
       const DType out_dtype = std::string(c.name) == "lm_head" ? DType::kF32 : DType::kBF16;
       const Tensor out = Tensor::empty({m, c.n}, out_dtype, gpu);
-      const double ms = bench::graph_median_ms(
-          7, 20, [&](int i) { cuda::fp8_linear(x, weights[i % copies], out); });
+      const auto timed = [&](auto path) {
+        return bench::graph_median_ms(7, 20, [&](int i) { path(x, weights[i % copies], out); });
+      };
+      const auto time_and_share = [&](double ms) {
+        return fmt::format("{:.1f} | {:.1f}%", ms * 1e3, 100.0 * bytes / (ms * 1e-3) / copy);
+      };
+      const std::string gemv_columns =
+          cuda::fp8_gemv_applies(x) ? time_and_share(timed(cuda::fp8_gemv)) : "- | -";
+      const std::string gemm_columns =
+          cuda::fp8_gemm_applies(x, weights[0]) ? time_and_share(timed(cuda::fp8_gemm)) : "- | -";
+      const double dequantized_ms = timed(cuda::fp8_dequantized_linear);
+      const double ms =
+          timed([](const Tensor& a, const Weight& w, const Tensor& o) { cuda::linear(a, w, o); });
       const double bf16_ms =
           bench::graph_median_ms(7, 20, [&](int i) { cuda::linear(x, dense[i % copies], out); });
-      fmt::print("| {} | {} x {} | {} | {:.1f} | {:.1f}% | {:.2f} |\n", c.name, c.n, c.k, m,
-                 ms * 1e3, 100.0 * bytes / (ms * 1e-3) / copy, ms / bf16_ms);
+      fmt::print("| {} | {} x {} | {} | {} | {} | {:.1f} | {:.2f} |\n", c.name, c.n, c.k, m,
+                 gemv_columns, gemm_columns, dequantized_ms * 1e3, ms / bf16_ms);
     }
   }
 }

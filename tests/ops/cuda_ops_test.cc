@@ -439,12 +439,12 @@ TEST(CudaOpsTest, GemvMatchesCpuAndWritesEveryElement) {
   }
 }
 
-// FP8 weights against the CPU's exact product with the dequantized weight: the matrix-vector
-// kernel for 1 to kMaxFp8GemvRows rows, the dequantized bf16 copy through cuBLASLt beyond, in
-// 128 x 128 blocks, per-row groups (1 x 128) and one scale per tensor, with partial blocks (N and K
-// not multiples of 128) and K's four parts uneven. Row 0 of each weight holds one large value and
-// the rest 2^-10 of the usual, so its first 128 columns are e4m3 subnormals, which must not be
-// flushed.
+// FP8 weights against the product with the dequantized weight, computed on the host: the matrix-
+// vector kernel for 1 to kMaxFp8GemvRows rows, and the dequantized bf16 copy through cuBLASLt for
+// any, in 128 x 128 blocks, per-row groups (1 x 128) and one scale per tensor, with partial blocks
+// (N and K not multiples of 128) and K's four parts uneven. Row 0 of each weight holds one large
+// value and the rest 2^-10 of the usual, so its first 128 columns are e4m3 subnormals, which must
+// not be flushed.
 TEST(CudaOpsTest, Fp8LinearMatchesTheDequantizedProduct) {
   if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
   std::mt19937 rng(17);
@@ -469,13 +469,16 @@ TEST(CudaOpsTest, Fp8LinearMatchesTheDequantizedProduct) {
         cpu::linear(x, host, ref);
         const Tensor device_x = to_cuda(x, DType::kBF16);
         for (DType out_dtype : kActivationDtypes) {
-          const Tensor out = poisoned({m, n}, out_dtype);
-          cuda::linear(device_x, device, out);
-          // Past the GEMV, cuBLASLt reads the weight rounded to bf16.
-          const double limit = out_dtype == DType::kBF16 || m > cuda::kMaxFp8GemvRows ? 4e-3 : 1e-4;
-          EXPECT_LE(relative_error(to_host_f32(out), ref), limit)
-              << "M " << m << " N " << n << " K " << k << " blocks " << block_rows << " x "
-              << block_cols;
+          const auto check = [&](auto path, double limit, const char* name) {
+            const Tensor out = poisoned({m, n}, out_dtype);
+            path(device_x, device, out);
+            EXPECT_LE(relative_error(to_host_f32(out), ref), limit)
+                << name << ": M " << m << " N " << n << " K " << k << " blocks " << block_rows
+                << " x " << block_cols;
+          };
+          const bool bf16_out = out_dtype == DType::kBF16;
+          if (m <= cuda::kMaxFp8GemvRows) check(cuda::fp8_gemv, bf16_out ? 4e-3 : 1e-4, "gemv");
+          check(cuda::fp8_dequantized_linear, 4e-3, "dequantized");  // weight rounded to bf16
         }
       }
     }
@@ -485,6 +488,68 @@ TEST(CudaOpsTest, Fp8LinearMatchesTheDequantizedProduct) {
   EXPECT_THROW(cuda::linear(to_cuda(random_tensor({1, 24}, rng), DType::kBF16), odd,
                             Tensor::empty({1, 8}, DType::kF32, Device::cuda(0))),
                Error);
+}
+
+// The FP8 tensor-core GEMM against the host product of x quantized as it specifies (per row and
+// group of 128 columns, scale = largest magnitude / 448) and the dequantized weight: partial
+// weight row blocks, an all-zero group (scale 0), a large value beside tiny ones in one group,
+// padded row counts and more rows than one tile. linear() takes it past kMaxFp8GemvRows rows. The
+// tensor cores accumulate FP8 products in less than f32 precision: measured errors reach 4.6e-4.
+TEST(CudaOpsTest, Fp8GemmMatchesTheProductOfQuantizedRows) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  std::mt19937 rng(29);
+  for (const auto& [n, k] : {std::pair{4096, 4096}, std::pair{1000, 512}, std::pair{40, 14336}}) {
+    const Weight host = quantize_fp8(random_tensor({n, k}, rng), 128, 128);
+    const Weight device = host.to(Device::cuda(0));
+    ASSERT_TRUE(cuda::fp8_gemm_applies(to_cuda(random_tensor({1, k}, rng), DType::kBF16), device));
+    for (int64_t m : {1, 9, 64, 300}) {
+      Tensor x = rounded(random_tensor({m, k}, rng), DType::kBF16);
+      float* xs = x.data<float>();
+      std::fill(xs, xs + 128, 0.0f);     // row 0, group 0
+      if (m > 1) xs[k + 130] = 1000.0f;  // row 1, group 1
+      Tensor quantized = Tensor::empty({m, k}, DType::kF32);
+      for (int64_t r = 0; r < m; ++r) {
+        for (int64_t g = 0; g < k / 128; ++g) {
+          const float* in = xs + r * k + g * 128;
+          float largest = 0.0f;
+          for (int c = 0; c < 128; ++c)
+            largest = std::max(largest, std::fabs(in[c]));
+          const float inverse = largest > 0.0f ? 448.0f / largest : 0.0f;
+          const float scale = largest / 448.0f;
+          for (int c = 0; c < 128; ++c) {
+            quantized.data<float>()[r * k + g * 128 + c] =
+                e4m3_to_f32(f32_to_e4m3(in[c] * inverse)) * scale;
+          }
+        }
+      }
+      Tensor ref = Tensor::empty({m, n}, DType::kF32);
+      cpu::linear(quantized, host, ref);
+      const Tensor device_x = to_cuda(x, DType::kBF16);
+      for (DType out_dtype : kActivationDtypes) {
+        const Tensor out = poisoned({m, n}, out_dtype);
+        cuda::fp8_gemm(device_x, device, out);
+        const double limit = out_dtype == DType::kBF16 ? 4e-3 : 1e-3;
+        EXPECT_LE(relative_error(to_host_f32(out), ref), limit)
+            << "M " << m << " N " << n << " K " << k << " " << dtype_name(out_dtype);
+        if (m > cuda::kMaxFp8GemvRows) {
+          const Tensor picked = poisoned({m, n}, out_dtype);
+          cuda::linear(device_x, device, picked);
+          EXPECT_LE(relative_error(to_host_f32(picked), ref), limit) << "linear(), M " << m;
+        }
+      }
+    }
+  }
+  // Rows of out that cuBLASLt cannot write (N not a multiple of 8) take the dequantized path.
+  const Weight narrow = quantize_fp8(random_tensor({33, 512}, rng), 128, 128);
+  const Tensor x = rounded(random_tensor({16, 512}, rng), DType::kBF16);
+  Tensor ref = Tensor::empty({16, 33}, DType::kF32);
+  cpu::linear(x, narrow, ref);
+  const Weight device = narrow.to(Device::cuda(0));
+  const Tensor device_x = to_cuda(x, DType::kBF16);
+  EXPECT_FALSE(cuda::fp8_gemm_applies(device_x, device));
+  const Tensor out = poisoned({16, 33}, DType::kF32);
+  cuda::linear(device_x, device, out);
+  EXPECT_LE(relative_error(to_host_f32(out), ref), 4e-3);  // the weight rounded to bf16
 }
 
 // The assistant's centroid-masked head: the same tokens kept per row (ties in the scores included),

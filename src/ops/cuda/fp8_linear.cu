@@ -1,9 +1,12 @@
-// linear() with an FP8 (e4m3) weight and its block scales. Up to kMaxFp8GemvRows rows of x take a
-// matrix-vector kernel shaped like the bf16 one (gemv.cu): each 16-byte load brings 16 weights of
-// one row, which are widened in registers (once, for every row of x), dotted with x's 16 bf16
-// values and scaled by their block's scale, so the weight streams from memory once at one byte an
-// element. More rows
-// dequantize the weight into a bf16 scratch matrix and take cuBLASLt.
+// linear() with an FP8 (e4m3) weight and its block scales, three ways:
+// - fp8_gemv, up to kMaxFp8GemvRows rows of x: a matrix-vector kernel shaped like the bf16 one
+//   (gemv.cu). Each 16-byte load brings 16 weights of one row, which are widened in registers
+//   (once, for every row of x), dotted with x's 16 bf16 values and scaled by their block's scale,
+//   so the weight streams from memory once at one byte an element.
+// - fp8_gemm, for a weight in 128 x 128 blocks: x is quantized to e4m3 per row and group of 128
+//   columns, and cuBLASLt's FP8 tensor-core GEMM applies both operands' scales.
+// - fp8_dequantized_linear, for any other weight: the weight is dequantized into a bf16 scratch
+//   matrix for cuBLASLt.
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
 
@@ -200,9 +203,48 @@ bool aligned_rows(const Tensor& t, int64_t element_multiple) {
          (t.size(0) == 1 || t.stride(0) % element_multiple == 0) && t.stride(1) == 1;
 }
 
+// Columns of x that share one scale for the tensor-core GEMM: the width of cuBLASLt's
+// VEC128_32F groups, and of the weight's blocks it pairs with.
+constexpr int kGroup = 128;
+
+// Rows of x the tensor-core GEMM is run for: M rounded up to a multiple of this, the extra rows
+// zero. (cuBLASLt 13 refuses the FP8 block-scaled GEMM of one row, and took 4, 8, 16 and more.)
+constexpr int64_t kRowPad = 4;
+
+// q = x quantized per row and group of kGroup columns: the group's scale is its largest magnitude
+// / 448 (0 for an all-zero group) and each value e4m3(x · 448 / largest), rounded to nearest even.
+// Rows from `rows` to `padded_rows` are zero. scales is [K / kGroup, padded_rows], a group's rows
+// adjacent (cuBLASLt's layout). A warp per (row, group), four columns a lane.
+__global__ void quantize_groups_kernel(const bf16* x, int64_t x_stride, int rows, int padded_rows,
+                                       int groups, uint8_t* q, float* scales) {
+  start_after_prior_kernels();
+  const int item = static_cast<int>(blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32);
+  if (item >= padded_rows * groups) return;
+  const int row = item / groups;
+  const int group = item % groups;
+  const int64_t column = static_cast<int64_t>(group) * kGroup + threadIdx.x % 32 * 4;
+  const uint2 raw =
+      row < rows ? *reinterpret_cast<const uint2*>(x + row * x_stride + column) : uint2{0, 0};
+  const float v[4] = {__uint_as_float(raw.x << 16), __uint_as_float(raw.x & 0xffff0000u),
+                      __uint_as_float(raw.y << 16), __uint_as_float(raw.y & 0xffff0000u)};
+  float largest = fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3])));
+  for (int offset = 16; offset > 0; offset /= 2)
+    largest = fmaxf(largest, __shfl_xor_sync(0xffffffffu, largest, offset));
+  const float inverse = largest > 0.0f ? 448.0f / largest : 0.0f;
+  const auto pair = [&](int i) {
+    return static_cast<uint32_t>(__nv_cvt_float2_to_fp8x2(
+        make_float2(v[i] * inverse, v[i + 1] * inverse), __NV_SATFINITE, __NV_E4M3));
+  };
+  *reinterpret_cast<uint32_t*>(q + row * static_cast<int64_t>(groups) * kGroup + column) =
+      pair(0) | pair(2) << 16;
+  if (threadIdx.x % 32 == 0) {
+    scales[static_cast<int64_t>(group) * padded_rows + row] = largest / 448.0f;
+  }
+}
+
 }  // namespace
 
-void fp8_linear(const Tensor& x, const Weight& weight, const Tensor& out) {
+void check_fp8_linear(const Tensor& x, const Weight& weight, const Tensor& out) {
   const int64_t m = x.size(0);
   const int64_t n = weight.rows();
   const int64_t k = weight.cols();
@@ -221,15 +263,59 @@ void fp8_linear(const Tensor& x, const Weight& weight, const Tensor& out) {
         "aligned weight rows; got weight {} in blocks of {} x {}",
         weight.values.shape(), weight.block_rows, weight.block_cols);
   }
-  if (m == 0 || n == 0) return;
+}
+
+bool fp8_gemv_applies(const Tensor& x) {
+  return x.size(0) <= kMaxFp8GemvRows && aligned_rows(x, 8);
+}
+
+void fp8_gemv(const Tensor& x, const Weight& weight, const Tensor& out) {
+  check_fp8_linear(x, weight, out);
+  PAGODA_CHECK(fp8_gemv_applies(x), "FP8 GEMV of x {} (strides {})", x.shape(), x.strides());
+  if (x.size(0) == 0 || weight.rows() == 0) return;
   Fp8Args args = fp8_args(weight);
   args.x = reinterpret_cast<const bf16*>(x.raw_data());
   args.x_stride = x.stride(0);
-  if (m <= kMaxFp8GemvRows && aligned_rows(x, 8)) {
-    return with_rows<kMaxFp8GemvRows>(m, [&]<int kM>() { launch_fp8_gemv<kM>(args, out); });
-  }
-  const Tensor dense = dequantize(weight);
-  cublaslt_linear(x, dense, out);
+  with_rows<kMaxFp8GemvRows>(x.size(0), [&]<int kM>() { launch_fp8_gemv<kM>(args, out); });
+}
+
+bool fp8_gemm_applies(const Tensor& x, const Weight& weight) {
+  // cuBLASLt reads the weight's scale rows at a 16-byte pitch, and writes 16-byte out rows.
+  return weight.block_rows == kGroup && weight.block_cols == kGroup &&
+         weight.cols() % kGroup == 0 && weight.scales.size(1) % 4 == 0 && weight.rows() % 8 == 0 &&
+         aligned_rows(x, 8) && x.size(0) + kRowPad < (int64_t{1} << 31) / (weight.cols() / kGroup);
+}
+
+void fp8_gemm(const Tensor& x, const Weight& weight, const Tensor& out) {
+  check_fp8_linear(x, weight, out);
+  PAGODA_CHECK(fp8_gemm_applies(x, weight),
+               "FP8 tensor-core GEMM of x {} and weight {} in blocks of {} x {}", x.shape(),
+               weight.values.shape(), weight.block_rows, weight.block_cols);
+  const int64_t m = x.size(0);
+  const int64_t n = weight.rows();
+  const int64_t groups = weight.cols() / kGroup;
+  if (m == 0 || n == 0) return;
+  const int64_t padded = (m + kRowPad - 1) / kRowPad * kRowPad;
+  const Tensor q = Tensor::uninitialized({padded, weight.cols()}, DType::kF8E4M3, x.device());
+  const Tensor scales = Tensor::uninitialized({groups, padded}, DType::kF32, x.device());
+  constexpr int kWarps = 8;
+  launch(quantize_groups_kernel, static_cast<unsigned>((padded * groups + kWarps - 1) / kWarps),
+         kWarps * 32, 0, stream(), reinterpret_cast<const bf16*>(x.raw_data()), x.stride(0),
+         static_cast<int>(m), static_cast<int>(padded), static_cast<int>(groups),
+         reinterpret_cast<uint8_t*>(q.raw_data()), scales.data<float>());
+  if (padded == m) return cublaslt_fp8_linear(q, scales, weight, out);
+  // The padded product goes to scratch, and its first m rows to out.
+  const Tensor full = Tensor::uninitialized({padded, n}, out.dtype(), x.device());
+  cublaslt_fp8_linear(q, scales, weight, full);
+  PAGODA_CUDA_CHECK(cudaMemcpyAsync(out.raw_data(), full.raw_data(),
+                                    static_cast<size_t>(m * n) * dtype_size(out.dtype()),
+                                    cudaMemcpyDeviceToDevice, stream()));
+}
+
+void fp8_dequantized_linear(const Tensor& x, const Weight& weight, const Tensor& out) {
+  check_fp8_linear(x, weight, out);
+  if (x.size(0) == 0 || weight.rows() == 0) return;
+  cublaslt_linear(x, dequantize(weight), out);
 }
 
 Tensor dequantize(const Weight& weight) {

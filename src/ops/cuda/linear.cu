@@ -2,7 +2,10 @@
 // column-major, outᵀ[N, M] = op(A)·B with A = weightᵀ as a K×N matrix (lda = weight row stride,
 // op T) and B = xᵀ as a K×M matrix (ldb = x row stride, op N). Descriptors, layouts and the
 // heuristic's algorithm are planned once per shape and reused: a heuristic query costs tens of
-// microseconds and linear runs hundreds of times a step.
+// microseconds and linear runs hundreds of times a step. FP8 operands take the same route, with
+// cuBLASLt's block scales: 128 x 128 blocks for A (BLK128x128_32F, a block row's scales at a
+// pitch of a multiple of 4) and one scale per column of B and group of 128 rows (VEC128_32F,
+// [K / 128, M]).
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -24,8 +27,8 @@ constexpr size_t kMaxPlans = 4096;
 // cuBLASLt's own default; larger alignments add nothing to the heuristic.
 constexpr int kMaxAlignment = 256;
 
-// m, n, k, lda, ldb, ldc, output type, alignments of A, B and C/D, device.
-using PlanKey = std::array<int64_t, 11>;
+// m, n, k, lda, ldb, ldc, output type, alignments of A, B and C/D, device, and 1 for FP8 operands.
+using PlanKey = std::array<int64_t, 12>;
 
 struct PlanKeyHash {
   size_t operator()(const PlanKey& key) const {
@@ -88,6 +91,8 @@ struct Operands {
   const void* weight;
   const void* x;
   void* out;
+  const float* weight_scales = nullptr;  // FP8 operands' scales
+  const float* x_scales = nullptr;
 };
 
 // Rows up to which candidate algorithms are timed rather than trusted to the heuristic: the
@@ -134,14 +139,23 @@ cublasLtMatmulAlgo_t fastest(const Plan& plan, const cublasLtMatmulHeuristicResu
 }
 
 std::unique_ptr<Plan> make_plan(const PlanKey& key, const Operands& operands) {
-  const auto [m, n, k, lda, ldb, ldc, out_type, align_a, align_b, align_c, device] = key;
+  const auto [m, n, k, lda, ldb, ldc, out_type, align_a, align_b, align_c, device, fp8] = key;
   auto plan = std::make_unique<Plan>();
   PAGODA_CUBLAS_CHECK(cublasLtMatmulDescCreate(&plan->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   set_attribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSA, CUBLAS_OP_T);
   set_attribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSB, CUBLAS_OP_N);
+  const cudaDataType_t in_type = fp8 != 0 ? CUDA_R_8F_E4M3 : CUDA_R_16BF;
+  if (fp8 != 0) {
+    set_attribute(plan->desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE,
+                  int32_t{CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F});
+    set_attribute(plan->desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE,
+                  int32_t{CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F});
+    set_attribute(plan->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, operands.weight_scales);
+    set_attribute(plan->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, operands.x_scales);
+  }
   const auto c_type = static_cast<cudaDataType_t>(out_type);
-  PAGODA_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->a, CUDA_R_16BF, k, n, lda));
-  PAGODA_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->b, CUDA_R_16BF, k, m, ldb));
+  PAGODA_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->a, in_type, k, n, lda));
+  PAGODA_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->b, in_type, k, m, ldb));
   PAGODA_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->c, c_type, n, m, ldc));
 
   cublasLtMatmulPreference_t raw_preference = nullptr;
@@ -168,8 +182,8 @@ std::unique_ptr<Plan> make_plan(const PlanKey& key, const Operands& operands) {
       blaslt_handle(), plan->desc, plan->a, plan->b, plan->c, plan->c, raw_preference,
       tune ? kCandidates : 1, results.data(), &returned));
   if (returned == 0) {
-    fail("cuBLASLt has no algorithm for linear M={} N={} K={} (lda {}, ldb {}, ldc {})", m, n, k,
-         lda, ldb, ldc);
+    fail("cuBLASLt has no {}algorithm for linear M={} N={} K={} (lda {}, ldb {}, ldc {})",
+         fp8 != 0 ? "FP8 " : "", m, n, k, lda, ldb, ldc);
   }
   plan->algo = returned > 1 ? fastest(*plan, results.data(), returned, operands) : results[0].algo;
   return plan;
@@ -202,6 +216,72 @@ const Plan& find_plan(const PlanKey& key, const Operands& operands) {
 
 }  // namespace
 
+namespace {
+
+// out = x · weightᵀ through the planned GEMM of its shape, on operands the caller checked: x
+// [M, K] and out [M, N] on one device, the weight's N rows `weight_stride` elements apart. FP8
+// operands come with their scales.
+void planned_gemm(const Tensor& x, const void* weight, int64_t n, int64_t weight_stride,
+                  const Tensor& out, const float* weight_scales = nullptr,
+                  const float* x_scales = nullptr) {
+  const int64_t m = x.size(0);
+  const int64_t k = x.size(1);
+  PAGODA_CHECK(!x.device().is_cpu() && out.device() == x.device(),
+               "linear tensors on devices {}, {}", x.device().to_string(),
+               out.device().to_string());
+  if (m == 0 || n == 0) return;
+  PAGODA_CHECK(k > 0, "linear with K = 0 (x {}, N {})", x.shape(), n);
+
+  const int device = x.device().index;
+  int current = 0;
+  PAGODA_CUDA_CHECK(cudaGetDevice(&current));
+  if (current != device) PAGODA_CUDA_CHECK(cudaSetDevice(device));
+
+  // A single row or column has no meaningful leading dimension; K (or N) keeps cuBLASLt's
+  // ld >= rows rule and lets every such view share one plan.
+  const int64_t lda = n == 1 ? k : weight_stride;
+  const int64_t ldb = m == 1 ? k : x.stride(0);
+  const int64_t ldc = n;
+  PAGODA_CHECK(lda >= k && ldb >= k, "linear row strides x {}, weight {} for K = {}", x.stride(0),
+               weight_stride, k);
+  const cudaDataType_t out_type = out.dtype() == DType::kBF16 ? CUDA_R_16BF : CUDA_R_32F;
+  const bool fp8 = weight_scales != nullptr;
+  const PlanKey key{m,
+                    n,
+                    k,
+                    lda,
+                    ldb,
+                    ldc,
+                    static_cast<int64_t>(out_type),
+                    alignment_of(weight),
+                    alignment_of(x.raw_data()),
+                    alignment_of(out.raw_data()),
+                    device,
+                    fp8 ? 1 : 0};
+
+  const std::lock_guard lock(device_mutex(device));
+  const Plan& plan =
+      find_plan(key, {weight, x.raw_data(), out.raw_data(), weight_scales, x_scales});
+  if (fp8) {  // plans are shared by every weight of the shape
+    set_attribute(plan.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, weight_scales);
+    set_attribute(plan.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, x_scales);
+  }
+  const float alpha = 1.0f;
+  const float beta = 0.0f;
+  PAGODA_CUBLAS_CHECK(cublasLtMatmul(blaslt_handle(), plan.desc, &alpha, weight, plan.a,
+                                     x.raw_data(), plan.b, &beta, out.raw_data(), plan.c,
+                                     out.raw_data(), plan.c, &plan.algo, blaslt_workspace(),
+                                     kBlasltWorkspaceBytes, stream()));
+}
+
+void check_output(const Tensor& out) {
+  if (out.dtype() != DType::kBF16 && out.dtype() != DType::kF32) {
+    fail("CUDA linear writes bfloat16 or float32; got out {}", dtype_name(out.dtype()));
+  }
+}
+
+}  // namespace
+
 void cublaslt_linear(const Tensor& x, const Tensor& weight, const Tensor& out) {
   PAGODA_CHECK(x.dim() == 2 && weight.dim() == 2 && out.dim() == 2,
                "linear needs 2-D tensors; got x {}, weight {}, out {}", x.shape(), weight.shape(),
@@ -221,48 +301,36 @@ void cublaslt_linear(const Tensor& x, const Tensor& weight, const Tensor& out) {
     fail("CUDA linear takes bfloat16 x and weight; got x {} and weight {}", dtype_name(x.dtype()),
          dtype_name(weight.dtype()));
   }
-  if (out.dtype() != DType::kBF16 && out.dtype() != DType::kF32) {
-    fail("CUDA linear writes bfloat16 or float32; got out {}", dtype_name(out.dtype()));
-  }
-  PAGODA_CHECK(!x.device().is_cpu() && weight.device() == x.device() && out.device() == x.device(),
-               "linear tensors on devices {}, {}, {}", x.device().to_string(),
-               weight.device().to_string(), out.device().to_string());
-  if (m == 0 || n == 0) return;
-  PAGODA_CHECK(k > 0, "linear with K = 0 (x {}, weight {})", x.shape(), weight.shape());
+  check_output(out);
+  PAGODA_CHECK(weight.device() == x.device(), "linear tensors on devices {}, {}",
+               x.device().to_string(), weight.device().to_string());
+  planned_gemm(x, weight.raw_data(), n, weight.stride(0), out);
+}
 
-  const int device = x.device().index;
-  int current = 0;
-  PAGODA_CUDA_CHECK(cudaGetDevice(&current));
-  if (current != device) PAGODA_CUDA_CHECK(cudaSetDevice(device));
-
-  // A single row or column has no meaningful leading dimension; K (or N) keeps cuBLASLt's
-  // ld >= rows rule and lets every such view share one plan.
-  const int64_t lda = n == 1 ? k : weight.stride(0);
-  const int64_t ldb = m == 1 ? k : x.stride(0);
-  const int64_t ldc = n;
-  PAGODA_CHECK(lda >= k && ldb >= k, "linear row strides x {}, weight {} for K = {}", x.stride(0),
-               weight.stride(0), k);
-  const cudaDataType_t out_type = out.dtype() == DType::kBF16 ? CUDA_R_16BF : CUDA_R_32F;
-  const PlanKey key{m,
-                    n,
-                    k,
-                    lda,
-                    ldb,
-                    ldc,
-                    static_cast<int64_t>(out_type),
-                    alignment_of(weight.raw_data()),
-                    alignment_of(x.raw_data()),
-                    alignment_of(out.raw_data()),
-                    device};
-
-  const std::lock_guard lock(device_mutex(device));
-  const Plan& plan = find_plan(key, {weight.raw_data(), x.raw_data(), out.raw_data()});
-  const float alpha = 1.0f;
-  const float beta = 0.0f;
-  PAGODA_CUBLAS_CHECK(cublasLtMatmul(blaslt_handle(), plan.desc, &alpha, weight.raw_data(), plan.a,
-                                     x.raw_data(), plan.b, &beta, out.raw_data(), plan.c,
-                                     out.raw_data(), plan.c, &plan.algo, blaslt_workspace(),
-                                     kBlasltWorkspaceBytes, stream()));
+void cublaslt_fp8_linear(const Tensor& xq, const Tensor& x_scales, const Weight& weight,
+                         const Tensor& out) {
+  const int64_t m = xq.size(0);
+  const int64_t k = weight.cols();
+  const int64_t n = weight.rows();
+  PAGODA_CHECK(weight.quantized() && weight.block_rows == 128 && weight.block_cols == 128 &&
+                   k % 128 == 0 && weight.scales.size(1) % 4 == 0 &&
+                   weight.values.stride(0) % 16 == 0 && weight.values.stride(1) == 1,
+               "cuBLASLt FP8 needs a weight in 128 x 128 blocks, K a multiple of 128; got {} in "
+               "blocks of {} x {}",
+               weight.values.shape(), weight.block_rows, weight.block_cols);
+  PAGODA_CHECK(xq.dtype() == DType::kF8E4M3 && xq.dim() == 2 && xq.size(1) == k &&
+                   xq.is_contiguous() && x_scales.dtype() == DType::kF32 &&
+                   x_scales.is_contiguous() && x_scales.dim() == 2 && x_scales.size(0) == k / 128 &&
+                   x_scales.size(1) == m && out.dim() == 2 && out.size(0) == m &&
+                   out.size(1) == n && out.is_contiguous(),
+               "cuBLASLt FP8 operands: x {} ({}) with scales {}, weight {} -> out {}", xq.shape(),
+               dtype_name(xq.dtype()), x_scales.shape(), weight.values.shape(), out.shape());
+  check_output(out);
+  PAGODA_CHECK(weight.device() == xq.device() && x_scales.device() == xq.device(),
+               "linear tensors on devices {}, {}", xq.device().to_string(),
+               weight.device().to_string());
+  planned_gemm(xq, weight.values.raw_data(), n, weight.values.stride(0), out,
+               weight.scales.data<float>(), x_scales.data<float>());
 }
 
 namespace {
@@ -289,41 +357,53 @@ float median_ms(Body&& body) {
   return times[1];
 }
 
+// Whether `first` is the faster way to compute the product keyed by `key`, timed once per key on
+// the first call (outside graph capture; a key first seen while capturing takes `second`).
+template <typename First, typename Second>
+bool first_is_faster(const PlanKey& key, int device, First&& first, Second&& second) {
+  static std::array<std::unordered_map<PlanKey, bool, PlanKeyHash>, kMaxDevices> device_choices;
+  const std::lock_guard lock(device_mutex(device, true));
+  auto& choices = device_choices[device];
+  const auto found = choices.find(key);
+  if (found != choices.end()) return found->second;
+  if (stream_is_capturing()) return false;
+  const float second_ms = median_ms(second);
+  const float first_ms = median_ms(first);
+  return choices[key] = first_ms < second_ms;
+}
+
 }  // namespace
 
-// For a few rows, the faster of the matrix-vector kernel and cuBLASLt, timed once per shape on
-// the first call (outside graph capture; a shape first seen while capturing takes cuBLASLt).
+// For a few rows, the faster of a matrix-vector kernel and the tensor-core GEMM.
 void linear(const Tensor& x, const Weight& quantized, const Tensor& out) {
-  if (quantized.quantized()) return fp8_linear(x, quantized, out);
+  const int device = x.device().index;
+  PlanKey key{x.size(0),
+              quantized.rows(),
+              quantized.cols(),
+              quantized.values.stride(0),
+              x.stride(0),
+              static_cast<int64_t>(out.dtype()),
+              device,
+              quantized.quantized() ? 1 : 0,
+              0,
+              0,
+              0,
+              0};
+  if (quantized.quantized()) {
+    check_fp8_linear(x, quantized, out);
+    const bool small = fp8_gemv_applies(x);
+    if (!fp8_gemm_applies(x, quantized)) {
+      return small ? fp8_gemv(x, quantized, out) : fp8_dequantized_linear(x, quantized, out);
+    }
+    const auto gemv = [&] { fp8_gemv(x, quantized, out); };
+    const auto gemm = [&] { fp8_gemm(x, quantized, out); };
+    return small && first_is_faster(key, device, gemv, gemm) ? gemv() : gemm();
+  }
   const Tensor& weight = quantized.values;
   if (!gemv_applies(x, weight, out)) return cublaslt_linear(x, weight, out);
-  static std::array<std::unordered_map<PlanKey, bool, PlanKeyHash>, kMaxDevices> device_choices;
-  const PlanKey key{x.size(0),
-                    weight.size(0),
-                    weight.size(1),
-                    weight.stride(0),
-                    x.stride(0),
-                    static_cast<int64_t>(out.dtype()),
-                    x.device().index,
-                    0,
-                    0,
-                    0,
-                    0};
-  bool choice = false;
-  {
-    const std::lock_guard lock(device_mutex(x.device().index, true));
-    auto& use_gemv = device_choices[x.device().index];
-    const auto found = use_gemv.find(key);
-    if (found != use_gemv.end()) {
-      choice = found->second;
-    } else if (!stream_is_capturing()) {
-      const float blas_ms = median_ms([&] { cublaslt_linear(x, weight, out); });
-      const float gemv_ms = median_ms([&] { gemv(x, weight, out); });
-      choice = use_gemv[key] = gemv_ms < blas_ms;
-    }
-  }
-  if (choice) return gemv(x, weight, out);
-  cublaslt_linear(x, weight, out);
+  const auto small = [&] { gemv(x, weight, out); };
+  const auto blas = [&] { cublaslt_linear(x, weight, out); };
+  return first_is_faster(key, device, small, blas) ? small() : blas();
 }
 
 }  // namespace pagoda::cuda

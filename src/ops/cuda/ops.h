@@ -57,8 +57,8 @@ void norm_rope(const RmsNormParams& norm, const Tensor& inverse_frequencies, int
 
 // out[M, N] = x[M, K] · weight[N, K]ᵀ with f32 accumulation. x and weight are bf16 with unit
 // inner stride; out is bf16 or f32, contiguous. Few rows may take the matrix-vector kernel below
-// when it is the faster; the rest go through cuBLASLt (cublaslt_linear). An FP8 weight takes
-// fp8_linear.
+// when it is the faster; the rest go through cuBLASLt (cublaslt_linear). An FP8 weight takes one
+// of the FP8 paths below.
 void linear(const Tensor& x, const Weight& weight, const Tensor& out);
 void cublaslt_linear(const Tensor& x, const Tensor& weight, const Tensor& out);
 
@@ -69,12 +69,28 @@ constexpr int64_t kMaxGemvRows = 4;
 bool gemv_applies(const Tensor& x, const Tensor& weight, const Tensor& out);
 void gemv(const Tensor& x, const Tensor& weight, const Tensor& out);
 
-// linear() with an FP8 weight (K and block_cols multiples of 16, 16-byte aligned rows): up to
-// kMaxFp8GemvRows rows of x as matrix-vector products that apply the block scales in registers,
-// more through cuBLASLt on a bf16 scratch copy from dequantize(). Throws Error for a weight it
-// cannot read.
+// linear() with an FP8 weight, three ways (fp8_linear.cu), each of which throws Error for a weight
+// it cannot read (K and block_cols multiples of 16 and 16-byte aligned rows are needed by all):
+// - fp8_gemv: at most kMaxFp8GemvRows rows of x (16-byte aligned) as matrix-vector products that
+//   apply the block scales in registers.
+// - fp8_gemm: x quantized to e4m3 per row and group of 128 columns (scale: the group's largest
+//   magnitude / 448), then cuBLASLt's FP8 tensor-core GEMM, for a weight in 128 x 128 blocks with
+//   K a multiple of 128 (fp8_gemm_applies).
+// - fp8_dequantized_linear: cuBLASLt on a bf16 scratch copy from dequantize(), for any weight.
+// linear() takes the faster of the first two where both apply (timed once per shape), else the
+// one that applies, else the third.
 constexpr int64_t kMaxFp8GemvRows = 8;
-void fp8_linear(const Tensor& x, const Weight& weight, const Tensor& out);
+void check_fp8_linear(const Tensor& x, const Weight& weight, const Tensor& out);
+bool fp8_gemv_applies(const Tensor& x);
+void fp8_gemv(const Tensor& x, const Weight& weight, const Tensor& out);
+bool fp8_gemm_applies(const Tensor& x, const Weight& weight);
+void fp8_gemm(const Tensor& x, const Weight& weight, const Tensor& out);
+void fp8_dequantized_linear(const Tensor& x, const Weight& weight, const Tensor& out);
+// out[M, N] = (xq · x_scales) · (weight · its scales)ᵀ on FP8 tensor cores: xq [M, K] e4m3,
+// contiguous; x_scales [K / 128, M] f32, one per row and group of 128 columns; weight in
+// 128 x 128 blocks.
+void cublaslt_fp8_linear(const Tensor& xq, const Tensor& x_scales, const Weight& weight,
+                         const Tensor& out);
 // The bf16 matrix an FP8 weight stands for, in a new tensor on its device.
 Tensor dequantize(const Weight& weight);
 
