@@ -60,6 +60,7 @@ Result run_case(const Tensor& pool, PageOrder order, int64_t page_padding, int64
   for (int64_t s = 0; s < sets; ++s) {
     AttentionMetadata meta;
     meta.num_actual_tokens = batch;
+    meta.num_decode_seqs = batch;
     meta.num_decode_tokens = batch;
     meta.block_table = std::span<const int32_t>(blocks.data() + s * blocks_per_set, blocks_per_set);
     meta.block_table_stride = blocks_per_seq;
