@@ -1,10 +1,10 @@
-// Decode attention micro-benchmark: bf16, 32 query / 8 KV heads, head size 128, one query token per
-// sequence, pages of 16 tokens, NHD. For each batch size and context length it times the CUDA
-// kernel over the cache (no K/V write), captured in a CUDA graph as decode steps run it, and
+// Decode attention micro-benchmark: bf16 queries, 32 query / 8 KV heads, head size 128, one query
+// token per sequence, pages of 16 tokens, NHD. For each batch size and context length it times the
+// CUDA kernel over the cache (no K/V write), captured in a CUDA graph as decode steps run it, and
 // reports the bytes of K and V it must read over the time, against the device-to-device copy
-// bandwidth measured in the same run. Pages are plain, or padded by a quarter page with a runtime
-// block stride. Inputs rotate over several disjoint block sets so the L2 cache does not serve
-// repeated runs.
+// bandwidth measured in the same run. Pages are bf16, plain or padded by a quarter page with a
+// runtime block stride; a second table reads e4m3 pages (--kv-cache-dtype fp8) against bf16 ones.
+// Inputs rotate over several disjoint block sets so the L2 cache does not serve repeated runs.
 #include <cuda_runtime.h>
 #include <fmt/core.h>
 
@@ -35,13 +35,13 @@ struct Result {
   double bandwidth = 0;
 };
 
-Result run_case(const Tensor& pool, PageOrder order, int64_t page_padding, int64_t batch,
-                int64_t context, std::mt19937& rng) {
+Result run_case(const Tensor& pool, DType dtype, PageOrder order, int64_t page_padding,
+                int64_t batch, int64_t context, std::mt19937& rng) {
   const KvPageShape page{.block_size = kBlock,
                          .num_kv_heads = kKvHeads,
                          .head_size_k = kHead,
                          .head_size_v = kHead,
-                         .dtype = DType::kBF16};
+                         .dtype = dtype};
   const PagedAttentionBackend backend("cuda", order, {});
   const int64_t stride = page.page_bytes() + page_padding;
   const int64_t num_blocks = pool.numel() / stride;
@@ -87,7 +87,7 @@ Result run_case(const Tensor& pool, PageOrder order, int64_t page_padding, int64
   const double ms = bench::graph_median_ms(7, 20, [&](int i) {
     cuda::paged_attention(params, query, Tensor(), Tensor(), cache, *plans[i % sets], output);
   });
-  const double bytes = double(batch) * context * kKvHeads * kHead * 2 * 2;
+  const double bytes = double(batch) * context * kKvHeads * kHead * 2 * dtype_size(dtype);
   result.us = ms * 1e3;
   result.bandwidth = bytes / (ms * 1e-3);
   return result;
@@ -97,23 +97,32 @@ Result run_case(const Tensor& pool, PageOrder order, int64_t page_padding, int64
 void run(int argc, char** argv) {
   const double copy = bench::copy_bandwidth();
   fmt::print("device-to-device copy: {:.0f} GB/s (read + write)\n\n", copy / 1e9);
-  // A pool filled with small random values: no zeros, no NaN.
   const Tensor pool = Tensor::empty({kPoolBytes}, DType::kU8, Device::cuda(0));
-  {
-    const Tensor half = pool.reinterpret(DType::kBF16);
+  // The pool filled with small random values of `dtype`: no zeros, no NaN.
+  const auto fill = [&](DType dtype) {
+    const Tensor elements = pool.reinterpret(dtype);
     std::mt19937 rng(7);
-    Tensor chunk = Tensor::empty({int64_t{1} << 20}, DType::kBF16);
-    for (int64_t i = 0; i < chunk.numel(); ++i)
-      chunk.data<uint16_t>()[i] = f32_to_bf16(std::uniform_real_distribution<float>(-1, 1)(rng));
-    for (int64_t off = 0; off + chunk.numel() <= half.numel(); off += chunk.numel())
-      half.narrow(0, off, chunk.numel()).copy_from(chunk);
-  }
+    Tensor chunk = Tensor::empty({int64_t{1} << 20}, dtype);
+    for (int64_t i = 0; i < chunk.numel(); ++i) {
+      const float value = std::uniform_real_distribution<float>(-1, 1)(rng);
+      if (dtype == DType::kBF16) {
+        chunk.data<uint16_t>()[i] = f32_to_bf16(value);
+      } else {
+        chunk.data<uint8_t>()[i] = f32_to_e4m3(value);
+      }
+    }
+    for (int64_t off = 0; off + chunk.numel() <= elements.numel(); off += chunk.numel())
+      elements.narrow(0, off, chunk.numel()).copy_from(chunk);
+  };
+  fill(DType::kBF16);
   const int64_t page_bytes = kBlock * kKvHeads * kHead * 2 * 2;
   std::mt19937 rng(1);
   if (argc >= 3) {
     const PageOrder order =
         argc >= 4 && std::string(argv[3]) == "hnd" ? PageOrder::kHnd : PageOrder::kNhd;
-    const Result r = run_case(pool, order, 0, std::stoll(argv[1]), std::stoll(argv[2]), rng);
+    const DType dtype = argc >= 5 && std::string(argv[4]) == "fp8" ? DType::kF8E4M3 : DType::kBF16;
+    if (dtype != DType::kBF16) fill(dtype);
+    const Result r = run_case(pool, dtype, order, 0, std::stoll(argv[1]), std::stoll(argv[2]), rng);
     fmt::print("{} x {} {}: {:.1f} µs, {:.1f}% of copy\n", argv[1], argv[2], page_order_name(order),
                r.us, 100 * r.bandwidth / copy);
     return;
@@ -121,13 +130,29 @@ void run(int argc, char** argv) {
   fmt::print(
       "| batch | context | µs | GB/s | % of copy | padded µs | % of copy | padding cost |\n");
   fmt::print("|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+  std::vector<double> bf16_us;
   for (int64_t batch : {1, 16, 64, 256}) {
     for (int64_t context : {512, 1024, 4096, 16384}) {
-      const Result plain = run_case(pool, PageOrder::kNhd, 0, batch, context, rng);
-      const Result padded = run_case(pool, PageOrder::kNhd, page_bytes / 4, batch, context, rng);
+      const Result plain = run_case(pool, DType::kBF16, PageOrder::kNhd, 0, batch, context, rng);
+      const Result padded =
+          run_case(pool, DType::kBF16, PageOrder::kNhd, page_bytes / 4, batch, context, rng);
+      bf16_us.push_back(plain.us);
       fmt::print("| {} | {} | {:.1f} | {:.0f} | {:.1f}% | {:.1f} | {:.1f}% | {:+.1f}% |\n", batch,
                  context, plain.us, plain.bandwidth / 1e9, 100 * plain.bandwidth / copy, padded.us,
                  100 * padded.bandwidth / copy, 100 * (padded.us / plain.us - 1));
+    }
+  }
+  // e4m3 pages: half the bytes of the bf16 table's, against its times.
+  fill(DType::kF8E4M3);
+  fmt::print("\ne4m3 pages (--kv-cache-dtype fp8), against the bf16 pages above:\n\n");
+  fmt::print("| batch | context | µs | GB/s | % of copy | ÷ bf16 time |\n");
+  fmt::print("|---:|---:|---:|---:|---:|---:|\n");
+  size_t cell = 0;
+  for (int64_t batch : {1, 16, 64, 256}) {
+    for (int64_t context : {512, 1024, 4096, 16384}) {
+      const Result fp8 = run_case(pool, DType::kF8E4M3, PageOrder::kNhd, 0, batch, context, rng);
+      fmt::print("| {} | {} | {:.1f} | {:.0f} | {:.1f}% | {:.2f} |\n", batch, context, fp8.us,
+                 fp8.bandwidth / 1e9, 100 * fp8.bandwidth / copy, fp8.us / bf16_us[cell++]);
     }
   }
 }

@@ -19,7 +19,7 @@ out=${GPU_CHECK_OUT:-build/gpu-check}
 source tools/gpu_steps.sh
 step kernels "$build/tests/pagoda_tests" \
   --gtest_filter='CudaOpsTest.*:Backends/AttentionTest.*/cuda_*:AttentionTest.*:CudaSamplingTest.*'
-step parity "$build/tests/pagoda_tests" --gtest_filter='Fixtures/CudaParityTest.*'
+step parity "$build/tests/pagoda_tests" --gtest_filter='Fixtures/CudaParityTest.*:Fixtures/CudaFp8KvParityTest.*'
 step ranks "$build/tests/pagoda_tests" \
   --gtest_filter='Fixtures/CudaParallelTest.*:ContextMergeTest.*:Nccl*'
 step attention_bench "$build/src/attention_bench"

@@ -36,6 +36,9 @@ struct AttentionSupport {
   std::vector<std::pair<int64_t, int64_t>> head_sizes;
   int64_t max_q_per_kv = 0;         // query heads per KV head; 0: any
   std::vector<DType> cache_dtypes;  // empty: any KV cache dtype (is_kv_cache_dtype)
+  // K and V rows (one head of one token) in the cache's dtype are a whole number of this many
+  // bytes; 0: any.
+  int64_t row_bytes_multiple = 0;
 };
 
 class AttentionBackend {

@@ -52,6 +52,16 @@ void check_backend_supports(const KvLayer& layer, DType kv_dtype) {
     fail("layer {}: attention backend '{}' keeps its KV cache in {}, not {}", layer.name, backend,
          fmt::join(known, " or "), dtype_name(kv_dtype));
   }
+  const int64_t multiple = support.row_bytes_multiple;
+  for (const int64_t head_size : {attention.head_size_k, attention.head_size_v}) {
+    if (multiple > 0 && head_size * dtype_size(kv_dtype) % multiple != 0) {
+      fail(
+          "layer {}: attention backend '{}' copies K/V rows in pieces of {} bytes; a row of {} {} "
+          "elements is {} bytes",
+          layer.name, backend, multiple, head_size, dtype_name(kv_dtype),
+          head_size * dtype_size(kv_dtype));
+    }
+  }
 }
 
 KvSpec owner_spec(const KvLayer& layer, const KvLayerOptions& options, DType dtype) {

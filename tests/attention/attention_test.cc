@@ -6,10 +6,12 @@
 // writes nothing. Backends on a GPU skip themselves without a device.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
 #include <random>
+#include <stdexcept>
 
 #include "attention/backend.h"
 #include "ops/cpu/ops.h"
@@ -605,6 +607,34 @@ std::vector<AttentionCase> cases() {
     c.head_v = v;
     all.push_back(c);
   }
+  // e4m3 pages (--kv-cache-dtype fp8) at real shapes: the paths of the bf16 cases above (decode
+  // widths, KV splits, V slices, verify rows, prefill chunks, padded pages, DCP) and every head
+  // size whose e4m3 rows are whole 16-byte pieces.
+  const std::vector<std::string> fp8_labels = {"llama nhd",
+                                               "many decodes",
+                                               "padded pages 128",
+                                               "long split decode",
+                                               "graph splits, short and long",
+                                               "split decode 512 wide",
+                                               "sliding softcap sinks 256",
+                                               "split kv 192/128 hnd",
+                                               "block 24 hnd",
+                                               "verify 2 to 8",
+                                               "verify 512 wide",
+                                               "prefill chunks",
+                                               "dcp rank 1 of 2 interleave 8",
+                                               "heads 16/16",
+                                               "heads 32/32",
+                                               "heads 64/64"};
+  for (const std::string& label : fp8_labels) {
+    const auto found = std::find_if(all.begin(), all.end(),
+                                    [&](const AttentionCase& each) { return each.label == label; });
+    if (found == all.end()) throw std::logic_error("no attention case " + label);
+    c = *found;
+    c.label = "fp8 " + label;
+    c.cache_dtype = DType::kF8E4M3;
+    all.push_back(c);
+  }
   return all;
 }
 
@@ -614,8 +644,12 @@ bool supports(const AttentionBackend& backend, const AttentionCase& c) {
   const auto listed = [](const auto& list, const auto& item) {
     return list.empty() || std::find(list.begin(), list.end(), item) != list.end();
   };
+  const int64_t multiple = support.row_bytes_multiple;
+  const auto whole = [&](int64_t head_size) {
+    return multiple == 0 || head_size * dtype_size(c.cache_dtype) % multiple == 0;
+  };
   return listed(support.head_sizes, std::pair{c.head_k, c.head_v}) &&
-         listed(support.cache_dtypes, c.cache_dtype) &&
+         listed(support.cache_dtypes, c.cache_dtype) && whole(c.head_k) && whole(c.head_v) &&
          (support.max_q_per_kv == 0 || c.q_heads / c.kv_heads <= support.max_q_per_kv);
 }
 

@@ -130,6 +130,21 @@ TEST(KvLayersTest, BackendShapesAndDtypesAreCheckedAtPlanning) {
   EXPECT_NO_THROW(kv_layers(target, &target, &narrow));
 }
 
+// A backend that copies rows in 16-byte pieces takes a 24-wide K head in bfloat16 (48 bytes) but
+// not in e4m3 (24 bytes).
+TEST(KvLayersTest, RowBytesAreCheckedPerDtype) {
+  const PagedAttentionBackend pieces("pieces", PageOrder::kNhd,
+                                     {.features = kAllAttentionFeatures, .row_bytes_multiple = 16});
+  const ModelConfig model = model_of({full_layer(1, 24, 16)});
+  const auto plan = [&](DType dtype) {
+    return build_kv_layers(model, nullptr, {.dtype = dtype, .backend = &pieces});
+  };
+  EXPECT_NO_THROW(plan(DType::kBF16));
+  expect_error([&] { plan(DType::kF8E4M3); },
+               {"model.layers.0.self_attn", "'pieces'", "pieces of 16 bytes",
+                "24 float8_e4m3 elements is 24 bytes"});
+}
+
 #if PAGODA_HAVE_CUDA
 // The CUDA kernels' limits, declared by their backend, refuse a model before it runs.
 TEST(KvLayersTest, TheCudaBackendRefusesWhatItsKernelsCannotRun) {

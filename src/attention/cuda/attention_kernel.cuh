@@ -1,4 +1,6 @@
-// Paged attention on tensor cores (mma.sync m16n8k16 and m16n8k8, bf16 in, f32 accumulate).
+// Paged attention on tensor cores (mma.sync m16n8k16 and m16n8k8, bf16 in, f32 accumulate; for
+// e4m3 pages, f16 in: each chunk's e4m3 rows are copied into shared memory as they are, half the
+// bytes of bf16, then widened to f16 rows there, which the bf16 path's loads and products read).
 //
 // A CTA serves one (sequence, KV head, row tile, KV split). Its query rows are the
 // (token, head-in-group) pairs of that KV head's query group, token-major, so a decode token of a
@@ -36,16 +38,32 @@ constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 constexpr float kNegInf = -INFINITY;
 
-template <int kDk, int kDv, int kRowTiles, int kStages, int kChunkKeys>
-__global__ void __launch_bounds__(Shape<kDk, kDv, kRowTiles, kStages, kChunkKeys>::kThreads)
+// Stores 8 bf16 (a 16-byte piece) at `dst`, a cache row of T: as they are, or rounded to e4m3.
+template <typename T>
+__device__ __forceinline__ void store_piece(T* dst, uint4 x) {
+  if constexpr (std::is_same_v<T, e4m3>) {
+    *reinterpret_cast<uint2*>(dst) = narrow_to_e4m3(x);
+  } else {
+    *reinterpret_cast<uint4*>(dst) = x;
+  }
+}
+
+// T: the cache's element type, bf16 or e4m3.
+template <typename T, int kDk, int kDv, int kRowTiles, int kStages, int kChunkKeys>
+__global__ void __launch_bounds__(Shape<T, kDk, kDv, kRowTiles, kStages, kChunkKeys>::kThreads)
     attention_kernel(const Args a) {
-  using S = Shape<kDk, kDv, kRowTiles, kStages, kChunkKeys>;
+  using S = Shape<T, kDk, kDv, kRowTiles, kStages, kChunkKeys>;
+  using M = typename S::Math;
   constexpr int kThreads = S::kThreads;
   constexpr int kChunk = S::kChunk;
   extern __shared__ uint4 shared_raw[];
-  bf16* q_s = reinterpret_cast<bf16*>(shared_raw);  // [kRows][kKStride]
-  bf16* stages = q_s + S::kQElems;                  // 2 x ([kChunk][kKStride], [kChunk][kVStride])
-  TableWindow window{reinterpret_cast<int32_t*>(stages + S::kStages * S::kStageElems)};
+  M* q_s = reinterpret_cast<M*>(shared_raw);  // [kRows][kKStride]
+  // kStages x ([kChunk][kRawKStride], [kChunk][kRawVStride]) of T, then (e4m3 pages) the widened
+  // rows [kChunk][kKStride], [kChunk][kVStride] of f16, then the table window.
+  auto* stages = reinterpret_cast<unsigned char*>(q_s + S::kQElems);
+  M* widened = reinterpret_cast<M*>(stages + S::kStages * S::kStageBytes);
+  TableWindow window{
+      reinterpret_cast<int32_t*>(stages + S::kStages * S::kStageBytes + S::kWideBytes)};
 
   const int seq = a.seq_offset + blockIdx.x;
   const int kv_head = blockIdx.y;
@@ -55,7 +73,7 @@ __global__ void __launch_bounds__(Shape<kDk, kDv, kRowTiles, kStages, kChunkKeys
   const int split = blockIdx.z / a.dv_slices % a.num_splits;
   const int dv_offset = slice * kDv;
   PagedTensor v_slice = a.v;
-  v_slice.base += dv_offset;
+  v_slice.base = static_cast<T*>(a.v.base) + dv_offset;
   const int q_begin = a.query_start[seq];
   const int q_len = a.query_start[seq + 1] - q_begin;
   const int seq_len = a.seq_lens[seq];
@@ -116,17 +134,17 @@ __global__ void __launch_bounds__(Shape<kDk, kDv, kRowTiles, kStages, kChunkKeys
   const int warp_first_key = warp_keys * S::kKeysPerWarp;
   auto issue = [&](int chunk) {
     if (chunk < num_chunks) {
-      bf16* stage = stages + (chunk % S::kStages) * S::kStageElems;
+      T* stage = reinterpret_cast<T*>(stages + (chunk % S::kStages) * S::kStageBytes);
       const int first = start + chunk * kChunk;
       if constexpr (kWarpCopies) {
         keep_window<kThreads>(a, seq, first, min(first + kChunk, end) - 1, window);
-        load_warp_keys<kDk, kDv, S::kKeysPerWarp>(
+        load_warp_keys<T, kDk, kDv, S::kKeysPerWarp>(
             a, v_slice, window, kv_head, first + warp_first_key, end,
-            stage + warp_first_key * S::kKStride,
-            stage + kChunk * S::kKStride + warp_first_key * S::kVStride);
+            stage + warp_first_key * S::kRawKStride,
+            stage + kChunk * S::kRawKStride + warp_first_key * S::kRawVStride);
       } else {
-        load_chunk<kDk, kDv, kChunk, kThreads>(a, v_slice, seq, kv_head, first, end, window, stage,
-                                               stage + kChunk * S::kKStride);
+        load_chunk<T, kDk, kDv, kChunk, kThreads>(a, v_slice, seq, kv_head, first, end, window,
+                                                  stage, stage + kChunk * S::kRawKStride);
       }
     }
     copy_commit();  // an empty group keeps the count of groups per chunk fixed
@@ -152,15 +170,14 @@ __global__ void __launch_bounds__(Shape<kDk, kDv, kRowTiles, kStages, kChunkKeys
       for (int i = threadIdx.x; i < k_pieces + kDv / 8; i += kThreads) {
         const bool is_key = i < k_pieces;
         const int piece = is_key ? i : i - k_pieces;
-        const PagedTensor& cache = is_key ? a.k : v_slice;
+        const PagedTensor cache = is_key ? a.k : v_slice;  // a copy: v_slice stays in registers
         const bf16* src =
             is_key ? a.new_k + q_begin * a.new_k_token_stride + kv_head * a.new_k_head_stride
                    : a.new_v + q_begin * a.new_v_token_stride + kv_head * a.new_v_head_stride +
                          dv_offset;
-        bf16* dst = cache.base + block * cache.block_stride + offset * cache.token_stride +
-                    kv_head * cache.head_stride;
-        *reinterpret_cast<uint4*>(dst + piece * 8) =
-            *reinterpret_cast<const uint4*>(src + piece * 8);
+        T* dst = static_cast<T*>(cache.base) + block * cache.block_stride +
+                 offset * cache.token_stride + kv_head * cache.head_stride;
+        store_piece(dst + piece * 8, *reinterpret_cast<const uint4*>(src + piece * 8));
       }
     }
     __syncthreads();  // the rows are written before any copy of them is issued
@@ -179,7 +196,7 @@ __global__ void __launch_bounds__(Shape<kDk, kDv, kRowTiles, kStages, kChunkKeys
           a.q + (q_begin + row / a.group) * a.q_token_stride +
           (kv_head * a.group + row % a.group) * a.q_head_stride + piece * 8);
     }
-    *reinterpret_cast<uint4*>(q_s + r * S::kKStride + piece * 8) = value;
+    *reinterpret_cast<uint4*>(q_s + r * S::kKStride + piece * 8) = to_math<M>(value);
   }
   if constexpr (kWarpCopies) __syncthreads();
   for (int c = 0; c < num_chunks; ++c) {
@@ -193,10 +210,30 @@ __global__ void __launch_bounds__(Shape<kDk, kDv, kRowTiles, kStages, kChunkKeys
     }
     issue(c + S::kStages - 1);
 
-    const bf16* k_s = stages + (c % S::kStages) * S::kStageElems;
-    const bf16* v_s = k_s + kChunk * S::kKStride;
-    const bf16* k_warp = k_s + warp_keys * S::kKeysPerWarp * S::kKStride;
-    const bf16* v_warp = v_s + warp_keys * S::kKeysPerWarp * S::kVStride;
+    const M* k_s;
+    if constexpr (S::kWidens) {
+      // The chunk's e4m3 rows (a decode warp's own keys) widened to f16 rows, then read as bf16
+      // stages are: a warp's own rows need only its own barrier.
+      const auto* raw = reinterpret_cast<const T*>(stages + (c % S::kStages) * S::kStageBytes);
+      const int first = kWarpCopies ? warp_first_key : 0;
+      constexpr int kKeys = kWarpCopies ? S::kKeysPerWarp : kChunk;
+      constexpr int kWorkers = kWarpCopies ? 32 : kThreads;
+      const int worker = kWarpCopies ? lane : threadIdx.x;
+      widen_rows<kDk, kKeys, kWorkers>(raw, widened, first, worker);
+      widen_rows<kDv, kKeys, kWorkers>(raw + kChunk * S::kRawKStride,
+                                       widened + kChunk * S::kKStride, first, worker);
+      if constexpr (kWarpCopies) {
+        __syncwarp();
+      } else {
+        __syncthreads();
+      }
+      k_s = widened;
+    } else {
+      k_s = reinterpret_cast<const M*>(stages + (c % S::kStages) * S::kStageBytes);
+    }
+    const M* v_s = k_s + kChunk * S::kKStride;
+    const M* k_warp = k_s + warp_keys * S::kKeysPerWarp * S::kKStride;
+    const M* v_warp = v_s + warp_keys * S::kKeysPerWarp * S::kVStride;
     constexpr int kTiles = S::kKeysPerWarp / 8;
 
     float s[kTiles][4] = {};
@@ -208,15 +245,15 @@ __global__ void __launch_bounds__(Shape<kDk, kDv, kRowTiles, kStages, kChunkKeys
       if constexpr (kTiles == 1) {
         uint32_t kb[2];
         load_matrix_x2(kb, k_warp + (lane % 8) * S::kKStride + kc * 16 + ((lane / 8) % 2) * 8);
-        mma(s[0], qa, kb[0], kb[1]);
+        mma<M>(s[0], qa, kb[0], kb[1]);
       } else {
 #pragma unroll
         for (int j = 0; j < kTiles; j += 2) {
           uint32_t kb[4];
           load_matrix_x4(kb, k_warp + ((j + lane / 16) * 8 + lane % 8) * S::kKStride + kc * 16 +
                                  ((lane / 8) % 2) * 8);
-          mma(s[j], qa, kb[0], kb[1]);
-          mma(s[j + 1], qa, kb[2], kb[3]);
+          mma<M>(s[j], qa, kb[0], kb[1]);
+          mma<M>(s[j + 1], qa, kb[2], kb[3]);
         }
       }
     }
@@ -275,41 +312,40 @@ __global__ void __launch_bounds__(Shape<kDk, kDv, kRowTiles, kStages, kChunkKeys
     // O += P · V, P taken from the score accumulators as the A operand.
     if constexpr (kTiles == 1) {
       // 8 keys: k8 products, four V column tiles per ldmatrix (two for 16-wide V).
-      const uint32_t p0 = pack_bf16(s[0][0], s[0][1]);
-      const uint32_t p1 = pack_bf16(s[0][2], s[0][3]);
+      const uint32_t p0 = pack<M>(s[0][0], s[0][1]);
+      const uint32_t p1 = pack<M>(s[0][2], s[0][3]);
       constexpr int kTilesPerLoad = kDv / 8 % 4 == 0 ? 4 : 2;
 #pragma unroll
       for (int d = 0; d < kDv / 8; d += kTilesPerLoad) {
-        const bf16* v_rows =
-            v_warp + (lane % 8) * S::kVStride + (d + (lane / 8) % kTilesPerLoad) * 8;
+        const M* v_rows = v_warp + (lane % 8) * S::kVStride + (d + (lane / 8) % kTilesPerLoad) * 8;
         if constexpr (kTilesPerLoad == 4) {
           uint32_t vb[4];
           load_matrix_x4_trans(vb, v_rows);
 #pragma unroll
           for (int t = 0; t < 4; ++t)
-            mma_k8(o[d + t], p0, p1, vb[t]);
+            mma_k8<M>(o[d + t], p0, p1, vb[t]);
         } else {
           uint32_t vb[2];
           load_matrix_x2_trans(vb, v_rows);
-          mma_k8(o[d], p0, p1, vb[0]);
-          mma_k8(o[d + 1], p0, p1, vb[1]);
+          mma_k8<M>(o[d], p0, p1, vb[0]);
+          mma_k8<M>(o[d + 1], p0, p1, vb[1]);
         }
       }
     } else {
 #pragma unroll
       for (int kk = 0; kk < S::kKeysPerWarp / 16; ++kk) {
         uint32_t pa[4];
-        pa[0] = pack_bf16(s[2 * kk][0], s[2 * kk][1]);
-        pa[1] = pack_bf16(s[2 * kk][2], s[2 * kk][3]);
-        pa[2] = pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-        pa[3] = pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+        pa[0] = pack<M>(s[2 * kk][0], s[2 * kk][1]);
+        pa[1] = pack<M>(s[2 * kk][2], s[2 * kk][3]);
+        pa[2] = pack<M>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+        pa[3] = pack<M>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
 #pragma unroll
         for (int d = 0; d < kDv / 8; d += 2) {
           uint32_t vb[4];
           load_matrix_x4_trans(vb,
                                v_warp + (kk * 16 + lane % 16) * S::kVStride + (d + lane / 16) * 8);
-          mma(o[d], pa, vb[0], vb[1]);
-          mma(o[d + 1], pa, vb[2], vb[3]);
+          mma<M>(o[d], pa, vb[0], vb[1]);
+          mma<M>(o[d + 1], pa, vb[2], vb[3]);
         }
       }
     }

@@ -61,7 +61,8 @@ std::unique_ptr<AttentionPlan> make_cuda_plan(const AttentionGroup& group) {
 AttentionSupport cuda_support() {
   AttentionSupport support{.features = kAllAttentionFeatures,
                            .max_q_per_kv = cuda::kMaxQueriesPerKvHead,
-                           .cache_dtypes = {DType::kBF16}};
+                           .cache_dtypes = {DType::kBF16, DType::kF8E4M3},
+                           .row_bytes_multiple = 16};
   support.head_sizes.assign(cuda::kHeadSizes.begin(), cuda::kHeadSizes.end());
   return support;
 }

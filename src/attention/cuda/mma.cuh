@@ -1,15 +1,25 @@
 // Inline PTX the paged attention kernel is built from: cp.async copies into shared memory,
-// ldmatrix, the m16n8k16 and m16n8k8 bf16 tensor-core products and the special-function-unit exp2
-// (sm_80+).
+// ldmatrix, the m16n8k16 and m16n8k8 tensor-core products (bf16, or f16 for e4m3 pages), e4m3
+// conversions and the special-function-unit exp2 (sm_89+).
 #pragma once
 
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
 
 #include <cstdint>
+#include <type_traits>
 
 namespace pagoda::cuda::attention {
 
 using bf16 = __nv_bfloat16;
+using f16 = __half;
+using e4m3 = __nv_fp8_e4m3;
+
+// The type the tensor cores multiply for pages of T: bf16 pages as they are; e4m3 pages widened to
+// f16, which holds every e4m3 value exactly (queries and probabilities are rounded to f16).
+template <typename T>
+using MathType = std::conditional_t<std::is_same_v<T, e4m3>, f16, bf16>;
 
 __device__ __forceinline__ uint32_t smem_address(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
@@ -28,49 +38,120 @@ __device__ __forceinline__ void copy_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
 }
 
-__device__ __forceinline__ void load_matrix_x4(uint32_t (&r)[4], const bf16* p) {
+__device__ __forceinline__ void load_matrix_x4(uint32_t (&r)[4], const void* p) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(smem_address(p)));
 }
-__device__ __forceinline__ void load_matrix_x2(uint32_t (&r)[2], const bf16* p) {
+__device__ __forceinline__ void load_matrix_x2(uint32_t (&r)[2], const void* p) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];\n"
                : "=r"(r[0]), "=r"(r[1])
                : "r"(smem_address(p)));
 }
-__device__ __forceinline__ void load_matrix_x2_trans(uint32_t (&r)[2], const bf16* p) {
+__device__ __forceinline__ void load_matrix_x2_trans(uint32_t (&r)[2], const void* p) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2];\n"
                : "=r"(r[0]), "=r"(r[1])
                : "r"(smem_address(p)));
 }
-__device__ __forceinline__ void load_matrix_x4_trans(uint32_t (&r)[4], const bf16* p) {
+__device__ __forceinline__ void load_matrix_x4_trans(uint32_t (&r)[4], const void* p) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(smem_address(p)));
 }
 
-// c += a · b for a 16x16 bf16 A (row-major), a 16x8 bf16 B (column-major), f32 C.
+// c += a · b for a 16x16 A (row-major), a 16x8 B (column-major), both of type M, f32 C.
+template <typename M>
 __device__ __forceinline__ void mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
                                     uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-      "{%8, %9}, {%0, %1, %2, %3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  if constexpr (std::is_same_v<M, bf16>) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+        "{%8, %9}, {%0, %1, %2, %3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  } else {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+        "{%8, %9}, {%0, %1, %2, %3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
 }
 
-// c += a · b for a 16x8 bf16 A (row-major, two registers), an 8x8 bf16 B (column-major), f32 C.
+// c += a · b for a 16x8 A (row-major, two registers), an 8x8 B (column-major), both of type M,
+// f32 C.
+template <typename M>
 __device__ __forceinline__ void mma_k8(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t b) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k8.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5}, {%6}, "
-      "{%0, %1, %2, %3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a0), "r"(a1), "r"(b));
+  if constexpr (std::is_same_v<M, bf16>) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k8.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5}, {%6}, "
+        "{%0, %1, %2, %3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a0), "r"(a1), "r"(b));
+  } else {
+    asm volatile(
+        "mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5}, {%6}, "
+        "{%0, %1, %2, %3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a0), "r"(a1), "r"(b));
+  }
 }
 
-__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
-  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<const uint32_t*>(&v);
+// (lo, hi) rounded to M, lo in the low half.
+template <typename M>
+__device__ __forceinline__ uint32_t pack(float lo, float hi) {
+  if constexpr (std::is_same_v<M, bf16>) {
+    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t*>(&v);
+  } else {
+    const __half2 v = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t*>(&v);
+  }
+}
+
+// Eight bf16 (a 16-byte piece) as the math type M: as they are for bf16; for f16, clamped to its
+// range (a query beyond +-65504 would otherwise become infinite).
+template <typename M>
+__device__ __forceinline__ uint4 to_math(uint4 x) {
+  if constexpr (std::is_same_v<M, bf16>) {
+    return x;
+  } else {
+    uint32_t* w = reinterpret_cast<uint32_t*>(&x);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&w[i]));
+      w[i] =
+          pack<f16>(fminf(fmaxf(f.x, -65504.0f), 65504.0f), fminf(fmaxf(f.y, -65504.0f), 65504.0f));
+    }
+    return x;
+  }
+}
+
+// Eight e4m3 (8 bytes) widened to eight f16 (16 bytes), exactly.
+__device__ __forceinline__ uint4 widen_e4m3(uint2 x) {
+  uint4 out;
+  uint32_t* o = reinterpret_cast<uint32_t*>(&out);
+  const uint32_t in[2] = {x.x, x.y};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const auto pair = static_cast<__nv_fp8x2_storage_t>(in[i / 2] >> (16 * (i % 2)));
+    const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(pair, __NV_E4M3);
+    o[i] = static_cast<uint32_t>(h.x) | (static_cast<uint32_t>(h.y) << 16);
+  }
+  return out;
+}
+
+// Eight bf16 (16 bytes) rounded to e4m3 (8 bytes), to nearest even, saturating at +-448.
+__device__ __forceinline__ uint2 narrow_to_e4m3(uint4 x) {
+  const uint32_t* w = reinterpret_cast<const uint32_t*>(&x);
+  uint32_t out[2] = {0, 0};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&w[i]));
+    const __nv_fp8x2_storage_t pair = __nv_cvt_float2_to_fp8x2(f, __NV_SATFINITE, __NV_E4M3);
+    out[i / 2] |= static_cast<uint32_t>(pair) << (16 * (i % 2));
+  }
+  return make_uint2(out[0], out[1]);
 }
 
 // 2^x on the special-function unit; 2^-inf is 0.

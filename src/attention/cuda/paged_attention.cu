@@ -3,6 +3,7 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
+#include <type_traits>
 
 #include "attention/cuda/attention_kernel.cuh"
 #include "attention/cuda/device_metadata.h"
@@ -23,7 +24,8 @@ constexpr int kWideChunk = 128;
 // chunk (see the kernel), which measured faster than fewer, longer parts at batch 1.
 constexpr int kMinKeysPerSplit = 256;
 
-// Writes each real token's K and V rows to the cache at its slot; slot -1 is skipped.
+// Writes each real token's K and V rows to the cache (of T) at its slot; slot -1 is skipped.
+template <typename T>
 __global__ void write_kv_kernel(const bf16* key, int64_t key_token_stride, int64_t key_head_stride,
                                 const bf16* value, int64_t value_token_stride,
                                 int64_t value_head_stride, PagedTensor k_cache, PagedTensor v_cache,
@@ -46,9 +48,9 @@ __global__ void write_kv_kernel(const bf16* key, int64_t key_token_stride, int64
     const PagedTensor& cache = is_key ? k_cache : v_cache;
     const bf16* src = is_key ? key + token * key_token_stride + head * key_head_stride
                              : value + token * value_token_stride + head * value_head_stride;
-    bf16* dst = cache.base + block * cache.block_stride + offset * cache.token_stride +
-                head * cache.head_stride;
-    *reinterpret_cast<uint4*>(dst + piece * 8) = *reinterpret_cast<const uint4*>(src + piece * 8);
+    T* dst = static_cast<T*>(cache.base) + block * cache.block_stride +
+             offset * cache.token_stride + head * cache.head_stride;
+    store_piece(dst + piece * 8, *reinterpret_cast<const uint4*>(src + piece * 8));
   }
 }
 
@@ -59,22 +61,31 @@ PagedTensor paged_view(const Tensor& view) {
       (view.size(1) - 1) * view.stride(1) + (view.size(2) - 1) * view.stride(2) + view.size(3);
   PAGODA_CHECK(last_in_page < (int64_t{1} << 31), "a KV page of {} elements is too large",
                last_in_page);
-  return {reinterpret_cast<bf16*>(view.raw_data()), view.stride(0), view.stride(1), view.stride(2)};
+  return {view.raw_data(), view.stride(0), view.stride(1), view.stride(2)};
 }
 
+// Whether every row of `t` starts 16-byte aligned, its elements contiguous.
 bool aligned_16(const Tensor& t) {
   if (reinterpret_cast<uintptr_t>(t.raw_data()) % 16 != 0) return false;
   for (int64_t d = 0; d + 1 < t.dim(); ++d) {
-    if (t.stride(d) % 8 != 0) return false;
+    if (t.stride(d) * dtype_size(t.dtype()) % 16 != 0) return false;
   }
   return t.stride(t.dim() - 1) == 1;
 }
 
-template <int kDk, int kDv, int kRowTiles, int kStages, int kChunk = kDefaultChunk>
+// Calls body(std::type_identity<T>{}) with T the element type of a cache of `dtype`.
+template <typename Body>
+void with_cache_type(DType dtype, Body&& body) {
+  if (dtype == DType::kF8E4M3) return body(std::type_identity<e4m3>{});
+  return body(std::type_identity<bf16>{});
+}
+
+template <typename T, int kDk, int kDv, int kRowTiles, int kStages, int kChunk = kDefaultChunk>
 struct Kernel {
-  using S = Shape<kDk, kDv, kRowTiles, kStages, kChunk>;
+  using S = Shape<T, kDk, kDv, kRowTiles, kStages, kChunk>;
+  static_assert(S::kSmemBytes <= 227 * 1024, "the kernel's shared memory exceeds sm_90's");
   static constexpr int kSliceWidth = kDv;
-  static constexpr auto kFunction = attention_kernel<kDk, kDv, kRowTiles, kStages, kChunk>;
+  static constexpr auto kFunction = attention_kernel<T, kDk, kDv, kRowTiles, kStages, kChunk>;
 
   // Raises the kernel's shared-memory limit, once.
   static void prepare() {
@@ -104,27 +115,30 @@ struct Kernel {
 // Llama-3-8B steps 4.69 -> 4.50 ms). Where a multiprocessor holds two narrow CTAs but only one
 // wide one, the narrow ones are faster. Heads up to 128 wide only: three wide stages of wider
 // heads do not fit.
-template <int kRowTiles, int kStages, typename Body>
+template <typename T, int kRowTiles, int kStages, typename Body>
 void with_kernel(int64_t dk, int64_t dv, bool wide, Body&& body) {
   if constexpr (kRowTiles == 1) {
     if (wide && dk == dv) {
-      if (dk == 16) return body(Kernel<16, 16, 1, kStages, kWideChunk>{});
-      if (dk == 32) return body(Kernel<32, 32, 1, kStages, kWideChunk>{});
-      if (dk == 64) return body(Kernel<64, 64, 1, kStages, kWideChunk>{});
-      if (dk == 128) return body(Kernel<128, 128, 1, kStages, kWideChunk>{});
+      if (dk == 16) return body(Kernel<T, 16, 16, 1, kStages, kWideChunk>{});
+      if (dk == 32) return body(Kernel<T, 32, 32, 1, kStages, kWideChunk>{});
+      if (dk == 64) return body(Kernel<T, 64, 64, 1, kStages, kWideChunk>{});
+      if (dk == 128) return body(Kernel<T, 128, 128, 1, kStages, kWideChunk>{});
     }
   }
-  if (dk == 16 && dv == 16) return body(Kernel<16, 16, kRowTiles, kStages>{});
-  if (dk == 24 && dv == 16) return body(Kernel<32, 16, kRowTiles, kStages>{});  // K padded
-  if (dk == 32 && dv == 32) return body(Kernel<32, 32, kRowTiles, kStages>{});
-  if (dk == 64 && dv == 64) return body(Kernel<64, 64, kRowTiles, kStages>{});
-  if (dk == 128 && dv == 128) return body(Kernel<128, 128, kRowTiles, kStages>{});
-  if (dk == 256 && dv == 256) return body(Kernel<256, 256, kRowTiles, kStages>{});
-  if (dk == 192 && dv == 128) return body(Kernel<192, 128, kRowTiles, kStages>{});
+  if (dk == 16 && dv == 16) return body(Kernel<T, 16, 16, kRowTiles, kStages>{});
+  if constexpr (std::is_same_v<T, bf16>) {
+    // K padded; 24 e4m3 elements are no whole number of 16-byte pieces (paged_attention refuses).
+    if (dk == 24 && dv == 16) return body(Kernel<T, 32, 16, kRowTiles, kStages>{});
+  }
+  if (dk == 32 && dv == 32) return body(Kernel<T, 32, 32, kRowTiles, kStages>{});
+  if (dk == 64 && dv == 64) return body(Kernel<T, 64, 64, kRowTiles, kStages>{});
+  if (dk == 128 && dv == 128) return body(Kernel<T, 128, 128, kRowTiles, kStages>{});
+  if (dk == 256 && dv == 256) return body(Kernel<T, 256, 256, kRowTiles, kStages>{});
+  if (dk == 192 && dv == 128) return body(Kernel<T, 192, 128, kRowTiles, kStages>{});
   // 512-wide heads (Gemma 4's full layers): V in two slices of 256, two stages, and chunks of 32
   // keys for prefill, to fit shared memory.
   if (dk == 512 && dv == 512) {
-    return body(Kernel < 512, 256, kRowTiles, 2, kRowTiles == 1 ? 64 : 32 > {});
+    return body(Kernel < T, 512, 256, kRowTiles, 2, kRowTiles == 1 ? 64 : 32 > {});
   }
   fail("CUDA attention has no kernel for head sizes K {} / V {}", dk, dv);
 }
@@ -153,7 +167,8 @@ int64_t choose_decode_splits(int64_t pairs, int64_t max_seq_len) {
 
 int64_t decode_splits_for(int64_t head_size_k, int64_t head_size_v, int64_t pairs,
                           int64_t max_seq_len) {
-  with_kernel<1, kDecodeStages>(head_size_k, head_size_v, false, [](auto) {});  // known sizes only
+  with_kernel<bf16, 1, kDecodeStages>(head_size_k, head_size_v, false,
+                                      [](auto) {});  // known sizes only
   return choose_decode_splits(pairs, max_seq_len);
 }
 
@@ -169,9 +184,15 @@ void paged_attention(const AttentionLayerParams& params, const Tensor& query, co
       hq % hkv == 0 && hq / hkv <= kMaxQueriesPerKvHead &&
           std::find(kHeadSizes.begin(), kHeadSizes.end(), std::pair{dk, dv}) != kHeadSizes.end(),
       "CUDA attention: {} query / {} KV heads of sizes {} / {}", hq, hkv, dk, dv);
+  const DType cache_dtype = cache.key.dtype();
   PAGODA_CHECK(query.dtype() == DType::kBF16 && output.dtype() == DType::kBF16 &&
-                   cache.key.dtype() == DType::kBF16 && cache.value.dtype() == DType::kBF16,
-               "CUDA attention needs bf16 queries, output and cache");
+                   (cache_dtype == DType::kBF16 || cache_dtype == DType::kF8E4M3) &&
+                   cache.value.dtype() == cache_dtype,
+               "CUDA attention needs bf16 queries and output, and a bf16 or e4m3 cache");
+  PAGODA_CHECK(dk * dtype_size(cache_dtype) % 16 == 0 && dv * dtype_size(cache_dtype) % 16 == 0,
+               "CUDA attention copies K/V rows in 16-byte pieces: rows of {} / {} {} elements "
+               "are not",
+               dk, dv, dtype_name(cache_dtype));
   PAGODA_CHECK(query.dim() == 3 && query.size(1) == hq && query.size(2) == dk && aligned_16(query),
                "query {} must be [T, {}, {}] with 16-byte aligned rows", query.shape(), hq, dk);
   PAGODA_CHECK(output.is_contiguous() && output.size(1) == hq * dv, "output {}", output.shape());
@@ -206,7 +227,7 @@ void paged_attention(const AttentionLayerParams& params, const Tensor& query, co
   args.group = static_cast<int>(hq / hkv);
   args.head_size_k = static_cast<int>(dk);
   args.dv_total = static_cast<int>(dv);
-  with_kernel<1, kDecodeStages>(dk, dv, false, [&](auto kernel) {
+  with_kernel<bf16, 1, kDecodeStages>(dk, dv, false, [&](auto kernel) {
     args.dv_slices = static_cast<int>(dv / kernel.kSliceWidth);
   });
   args.block_size = static_cast<int>(plan.block_size());
@@ -226,54 +247,59 @@ void paged_attention(const AttentionLayerParams& params, const Tensor& query, co
   const int64_t decode_rows = std::max<int64_t>(plan.max_decode_query_len(), 1) * args.group;
   const int64_t decode_row_tiles = (decode_rows + 15) / 16;
   const int64_t written_in_kernel = plan.max_decode_query_len() <= 1 ? decodes : 0;
-  if (key.defined() && tokens > written_in_kernel) {
-    const int64_t first = written_in_kernel;
-    launch(write_kv_kernel, static_cast<unsigned>(tokens - first), 128, 0, stream(),
-           reinterpret_cast<const bf16*>(key.raw_data()) + first * key.stride(0), key.stride(0),
-           key.stride(1), reinterpret_cast<const bf16*>(value.raw_data()) + first * value.stride(0),
-           value.stride(0), value.stride(1), k_cache, v_cache, plan.slot_mapping() + first,
-           static_cast<int>(hkv), static_cast<int>(dk), static_cast<int>(dv),
-           static_cast<int>(plan.block_size()));
-  }
-  if (decodes > 0) {
-    Args d = args;
-    d.seq_offset = 0;
-    const int64_t ctas = decodes * hkv * decode_row_tiles;
-    d.num_splits = static_cast<int>(
-        plan.fixed_decode_splits > 0
-            ? plan.fixed_decode_splits
-            : decode_splits_for(dk, dv, ctas,
-                                (plan.max_seq_len() + args.context_size - 1) / args.context_size));
-    PAGODA_CHECK(d.num_splits >= 1 && d.num_splits <= kMaxDecodeSplits,
-                 "{} decode splits; at most {}", d.num_splits, kMaxDecodeSplits);
-    if (key.defined() && written_in_kernel > 0) {
-      d.new_k = reinterpret_cast<const bf16*>(key.raw_data());
-      d.new_k_token_stride = key.stride(0);
-      d.new_k_head_stride = key.stride(1);
-      d.new_v = reinterpret_cast<const bf16*>(value.raw_data());
-      d.new_v_token_stride = value.stride(0);
-      d.new_v_head_stride = value.stride(1);
-      d.slot_mapping = plan.slot_mapping();
+  with_cache_type(cache_dtype, [&](auto type) {
+    using T = typename decltype(type)::type;
+    if (key.defined() && tokens > written_in_kernel) {
+      const int64_t first = written_in_kernel;
+      launch(write_kv_kernel<T>, static_cast<unsigned>(tokens - first), 128, 0, stream(),
+             reinterpret_cast<const bf16*>(key.raw_data()) + first * key.stride(0), key.stride(0),
+             key.stride(1),
+             reinterpret_cast<const bf16*>(value.raw_data()) + first * value.stride(0),
+             value.stride(0), value.stride(1), k_cache, v_cache, plan.slot_mapping() + first,
+             static_cast<int>(hkv), static_cast<int>(dk), static_cast<int>(dv),
+             static_cast<int>(plan.block_size()));
     }
-    if (d.num_splits > 1) {
-      d.partials = plan.partials(ctas * d.num_splits * 16 * (dv + d.dv_slices));
-      d.counters = plan.counters(ctas * d.dv_slices);
+    if (decodes > 0) {
+      Args d = args;
+      d.seq_offset = 0;
+      const int64_t ctas = decodes * hkv * decode_row_tiles;
+      d.num_splits =
+          static_cast<int>(plan.fixed_decode_splits > 0
+                               ? plan.fixed_decode_splits
+                               : decode_splits_for(dk, dv, ctas,
+                                                   (plan.max_seq_len() + args.context_size - 1) /
+                                                       args.context_size));
+      PAGODA_CHECK(d.num_splits >= 1 && d.num_splits <= kMaxDecodeSplits,
+                   "{} decode splits; at most {}", d.num_splits, kMaxDecodeSplits);
+      if (key.defined() && written_in_kernel > 0) {
+        d.new_k = reinterpret_cast<const bf16*>(key.raw_data());
+        d.new_k_token_stride = key.stride(0);
+        d.new_k_head_stride = key.stride(1);
+        d.new_v = reinterpret_cast<const bf16*>(value.raw_data());
+        d.new_v_token_stride = value.stride(0);
+        d.new_v_head_stride = value.stride(1);
+        d.slot_mapping = plan.slot_mapping();
+      }
+      if (d.num_splits > 1) {
+        d.partials = plan.partials(ctas * d.num_splits * 16 * (dv + d.dv_slices));
+        d.counters = plan.counters(ctas * d.dv_slices);
+      }
+      with_kernel<T, 1, kDecodeStages>(dk, dv, wide_decode(ctas), [&](auto kernel) {
+        kernel.launch(d, static_cast<int>(decodes), static_cast<int>(decode_row_tiles));
+      });
     }
-    with_kernel<1, kDecodeStages>(dk, dv, wide_decode(ctas), [&](auto kernel) {
-      kernel.launch(d, static_cast<int>(decodes), static_cast<int>(decode_row_tiles));
-    });
-  }
-  const int64_t rest = plan.num_seqs() - decodes;
-  if (rest > 0) {
-    Args p = args;
-    p.seq_offset = static_cast<int>(decodes);
-    p.num_splits = 1;
-    const int64_t max_query = std::max<int64_t>(plan.max_prefill_query_len(), 1);
-    const int64_t row_tiles = (max_query * args.group + 63) / 64;
-    with_kernel<4, kPrefillStages>(dk, dv, false, [&](auto kernel) {
-      kernel.launch(p, static_cast<int>(rest), static_cast<int>(row_tiles));
-    });
-  }
+    const int64_t rest = plan.num_seqs() - decodes;
+    if (rest > 0) {
+      Args p = args;
+      p.seq_offset = static_cast<int>(decodes);
+      p.num_splits = 1;
+      const int64_t max_query = std::max<int64_t>(plan.max_prefill_query_len(), 1);
+      const int64_t row_tiles = (max_query * args.group + 63) / 64;
+      with_kernel<T, 4, kPrefillStages>(dk, dv, false, [&](auto kernel) {
+        kernel.launch(p, static_cast<int>(rest), static_cast<int>(row_tiles));
+      });
+    }
+  });
 }
 
 }  // namespace pagoda::cuda

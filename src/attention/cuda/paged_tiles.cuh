@@ -11,9 +11,10 @@ namespace pagoda::cuda::attention {
 
 constexpr int kTableWindow = 256;  // block-table entries a CTA keeps in shared memory
 
-// One of K or V in the cache. Element offsets; the page of block b starts at b * block_stride.
+// One of K or V in the cache, of elements of the cache's type (bf16 or e4m3). Element offsets;
+// the page of block b starts at b * block_stride.
 struct PagedTensor {
-  bf16* base;
+  void* base;
   int64_t block_stride;
   int64_t token_stride;
   int64_t head_stride;
@@ -73,8 +74,15 @@ __device__ __forceinline__ int owned_before(const Args& a, int position) {
   return position / span * a.context_interleave + min(max(into, 0), a.context_interleave);
 }
 
-template <int kDk, int kDv, int kRowTiles, int kStageCount, int kChunkKeys>
+// Elements of T in a 16-byte piece: what one cp.async copies.
+template <typename T>
+constexpr int kPiece = 16 / static_cast<int>(sizeof(T));
+
+// A kernel's shape for a cache of element type T.
+template <typename T, int kDk, int kDv, int kRowTiles, int kStageCount, int kChunkKeys>
 struct Shape {
+  using Math = MathType<T>;
+  static constexpr bool kWidens = !std::is_same_v<T, Math>;  // e4m3 pages, widened to f16
   static constexpr int kChunk = kChunkKeys;
   static constexpr int kRows = 16 * kRowTiles;
   // Decode CTAs: a warp per 8 keys of a chunk, so that short work still keeps many warps busy;
@@ -83,19 +91,26 @@ struct Shape {
   static constexpr int kThreads = kWarps * 32;
   static constexpr int kKeyGroups = kWarps / kRowTiles;
   static constexpr int kKeysPerWarp = kChunk / kKeyGroups;
-  static constexpr int kKStride = kDk + 8;  // padded rows: ldmatrix without bank conflicts
+  // Rows of the math type, padded by 16 bytes: ldmatrix without bank conflicts.
+  static constexpr int kKStride = kDk + 8;
   static constexpr int kVStride = kDv + 8;
   static constexpr int kQElems = kRows * kKStride;
-  static constexpr int kStageElems = kChunk * (kKStride + kVStride);
+  // A stage holds a chunk's K rows, then its V rows, as the cache holds them (elements of T, rows
+  // padded by 16 bytes); bf16 stages are read in place, e4m3 ones widened into one buffer of
+  // math-type rows first.
+  static constexpr int kRawKStride = kDk + kPiece<T>;
+  static constexpr int kRawVStride = kDv + kPiece<T>;
+  static constexpr int kStageBytes = kChunk * (kRawKStride + kRawVStride) * sizeof(T);
+  static constexpr int kWideBytes = kWidens ? kChunk * (kKStride + kVStride) * 2 : 0;
   static constexpr int kStages = kStageCount;
   // The end-of-CTA merge: per (key group, row) m, l and an O row padded to kMergeStride floats,
   // so that a warp's float2 stores of its accumulators hit distinct banks.
   static constexpr int kMergeStride = kDv + 8;
   static constexpr int kMergeFloats = kKeyGroups * kRows * (kMergeStride + 2);
-  // Q, then the K/V stages and the table window; the merge reuses the stages.
+  // Q, then the K/V stages, the widened rows and the table window; the merge reuses the stages.
   static constexpr int kSmemBytes =
-      kQElems * 2 + (kStages * kStageElems * 2 + kTableWindow * 4 > kMergeFloats * 4
-                         ? kStages * kStageElems * 2 + kTableWindow * 4
+      kQElems * 2 + (kStages * kStageBytes + kWideBytes + kTableWindow * 4 > kMergeFloats * 4
+                         ? kStages * kStageBytes + kWideBytes + kTableWindow * 4
                          : kMergeFloats * 4);
 };
 
@@ -132,49 +147,51 @@ __device__ __forceinline__ int64_t row_offset(const Args& a, const PagedTensor& 
 
 // Whether the CTA's threads, a 16-byte piece each, cover whole rows in each pass and the passes
 // tile the chunk exactly.
-template <int kDim, int kChunk, int kThreads>
+template <typename T, int kDim, int kChunk, int kThreads>
 __host__ __device__ constexpr bool whole_row_passes() {
-  constexpr int kPieces = kDim / 8;
+  constexpr int kPieces = kDim / kPiece<T>;
   return kThreads % kPieces == 0 && kChunk % (kThreads / kPieces) == 0;
 }
 
 // K and V rows of equal width at the same offsets from their bases (one cache tensor holding
 // both): one address computation serves the two copies.
-template <int kDim, int kChunk, int kThreads>
+template <typename T, int kDim, int kChunk, int kThreads>
 __device__ __forceinline__ void load_paired_rows(const Args& a, const TableWindow& window,
-                                                 int kv_head, int first, int end, bf16* k_stage,
-                                                 bf16* v_stage) {
-  constexpr int kPieces = kDim / 8;
-  constexpr int kStride = kDim + 8;
+                                                 int kv_head, int first, int end, T* k_stage,
+                                                 T* v_stage) {
+  constexpr int kP = kPiece<T>;
+  constexpr int kPieces = kDim / kP;
+  constexpr int kStride = kDim + kP;
   constexpr int kKeyStep = kThreads / kPieces;
   const int piece = threadIdx.x % kPieces;
   const int key0 = threadIdx.x / kPieces;
-  const auto within = static_cast<int32_t>(kv_head * a.k.head_stride + piece * 8);
+  const auto within = static_cast<int32_t>(kv_head * a.k.head_stride + piece * kP);
 #pragma unroll
   for (int j = 0; j < kChunk / kKeyStep; ++j) {
     const int key = key0 + j * kKeyStep;
     const int pos = min(first + key, end - 1);
     const bool valid = first + key < end;
     const int64_t offset = row_offset(a, a.k, window, pos, within);
-    copy_16(k_stage + key * kStride + piece * 8, a.k.base + offset, valid);
-    copy_16(v_stage + key * kStride + piece * 8, a.v.base + offset, valid);
+    copy_16(k_stage + key * kStride + piece * kP, static_cast<const T*>(a.k.base) + offset, valid);
+    copy_16(v_stage + key * kStride + piece * kP, static_cast<const T*>(a.v.base) + offset, valid);
   }
 }
 
 // Queues the copy of `kDim`-wide rows of keys [first, first + kKeys) of `t` (those below `end`;
-// the rest zero-filled) into `rows` [kKeys][kDim + 8], `width` of each row used (the rest zero).
-// The (key, 16-byte piece) items are dealt out over `kCopiers` threads, this one being `copier`.
-// With `v_rows`, the same rows of V (as wide as K and at the same offsets, from `v_base`) come
-// along.
-template <int kDim, int kKeys, int kCopiers>
+// the rest zero-filled) into `rows` [kKeys][kDim + 16 bytes], `width` of each row used (the rest
+// zero). The (key, 16-byte piece) items are dealt out over `kCopiers` threads, this one being
+// `copier`. With `v_rows`, the same rows of V (as wide as K and at the same offsets, from
+// `v_base`) come along.
+template <typename T, int kDim, int kKeys, int kCopiers>
 __device__ __forceinline__ void load_rows_by_piece(const Args& a, const PagedTensor& t,
                                                    const TableWindow& window, int kv_head,
                                                    int first, int end, int width, int copier,
-                                                   bf16* rows, const bf16* v_base = nullptr,
-                                                   bf16* v_rows = nullptr) {
-  constexpr int kPieces = kDim / 8;
-  constexpr int kStride = kDim + 8;
-  const int used_pieces = width / 8;
+                                                   T* rows, const void* v_base = nullptr,
+                                                   T* v_rows = nullptr) {
+  constexpr int kP = kPiece<T>;
+  constexpr int kPieces = kDim / kP;
+  constexpr int kStride = kDim + kP;
+  const int used_pieces = width / kP;
   const auto head = static_cast<int32_t>(kv_head * t.head_stride);
 #pragma unroll 4
   for (int i = copier; i < kKeys * kPieces; i += kCopiers) {
@@ -182,24 +199,27 @@ __device__ __forceinline__ void load_rows_by_piece(const Args& a, const PagedTen
     const int piece = i % kPieces;
     const int pos = min(first + key, end - 1);
     const bool valid = first + key < end && piece < used_pieces;
-    const int64_t offset = row_offset(a, t, window, pos, head + min(piece, used_pieces - 1) * 8);
-    copy_16(rows + key * kStride + piece * 8, t.base + offset, valid);
-    if (v_rows != nullptr) copy_16(v_rows + key * kStride + piece * 8, v_base + offset, valid);
+    const int64_t offset = row_offset(a, t, window, pos, head + min(piece, used_pieces - 1) * kP);
+    copy_16(rows + key * kStride + piece * kP, static_cast<const T*>(t.base) + offset, valid);
+    if (v_rows != nullptr) {
+      copy_16(v_rows + key * kStride + piece * kP, static_cast<const T*>(v_base) + offset, valid);
+    }
   }
 }
 
 // Queues the copy of `kDim`-wide rows of keys [first, first + kChunk) of `t` (those below `end`;
-// the rest zero-filled) into `stage` [kChunk][kDim + 8]. Where the CTA's threads cover whole rows
-// in each pass, each keeps one 16-byte piece of a row and steps over keys, so the piece offset is
-// computed once.
-template <int kDim, int kChunk, int kThreads>
+// the rest zero-filled) into `stage` [kChunk][kDim + 16 bytes]. Where the CTA's threads cover
+// whole rows in each pass, each keeps one 16-byte piece of a row and steps over keys, so the piece
+// offset is computed once.
+template <typename T, int kDim, int kChunk, int kThreads>
 __device__ __forceinline__ void load_rows(const Args& a, const PagedTensor& t,
                                           const TableWindow& window, int kv_head, int first,
-                                          int end, int width, bf16* stage) {
-  if constexpr (whole_row_passes<kDim, kChunk, kThreads>()) {
-    constexpr int kPieces = kDim / 8;
-    constexpr int kStride = kDim + 8;
-    const int used_pieces = width / 8;  // pieces past the row's width are zero
+                                          int end, int width, T* stage) {
+  if constexpr (whole_row_passes<T, kDim, kChunk, kThreads>()) {
+    constexpr int kP = kPiece<T>;
+    constexpr int kPieces = kDim / kP;
+    constexpr int kStride = kDim + kP;
+    const int used_pieces = width / kP;  // pieces past the row's width are zero
     const auto head = static_cast<int32_t>(kv_head * t.head_stride);
     constexpr int kKeyStep = kThreads / kPieces;
     const int piece = threadIdx.x % kPieces;
@@ -210,12 +230,12 @@ __device__ __forceinline__ void load_rows(const Args& a, const PagedTensor& t,
       const int key = key0 + j * kKeyStep;
       const int pos = min(first + key, end - 1);
       const bool valid = first + key < end && piece < used_pieces;
-      const int64_t offset = row_offset(a, t, window, pos, head + used * 8);
-      copy_16(stage + key * kStride + piece * 8, t.base + offset, valid);
+      const int64_t offset = row_offset(a, t, window, pos, head + used * kP);
+      copy_16(stage + key * kStride + piece * kP, static_cast<const T*>(t.base) + offset, valid);
     }
   } else {
-    load_rows_by_piece<kDim, kChunk, kThreads>(a, t, window, kv_head, first, end, width,
-                                               threadIdx.x, stage);
+    load_rows_by_piece<T, kDim, kChunk, kThreads>(a, t, window, kv_head, first, end, width,
+                                                  threadIdx.x, stage);
   }
 }
 
@@ -241,35 +261,49 @@ __device__ __forceinline__ bool paired_rows(const Args& a) {
 
 // Queues keys [first, first + kChunk) of K and V into one stage, moving the table window first
 // when the chunk's pages run past it.
-template <int kDk, int kDv, int kChunk, int kThreads>
+template <typename T, int kDk, int kDv, int kChunk, int kThreads>
 __device__ void load_chunk(const Args& a, const PagedTensor& v, int seq, int kv_head, int first,
-                           int end, TableWindow& window, bf16* k_stage, bf16* v_stage) {
+                           int end, TableWindow& window, T* k_stage, T* v_stage) {
   keep_window<kThreads>(a, seq, first, min(first + kChunk, end) - 1, window);
-  if constexpr (kDk == kDv && whole_row_passes<kDk, kChunk, kThreads>()) {
+  if constexpr (kDk == kDv && whole_row_passes<T, kDk, kChunk, kThreads>()) {
     if (paired_rows<kDk, kDv>(a)) {
-      load_paired_rows<kDk, kChunk, kThreads>(a, window, kv_head, first, end, k_stage, v_stage);
+      load_paired_rows<T, kDk, kChunk, kThreads>(a, window, kv_head, first, end, k_stage, v_stage);
       return;
     }
   }
-  load_rows<kDk, kChunk, kThreads>(a, a.k, window, kv_head, first, end, a.head_size_k, k_stage);
-  load_rows<kDv, kChunk, kThreads>(a, v, window, kv_head, first, end, kDv, v_stage);
+  load_rows<T, kDk, kChunk, kThreads>(a, a.k, window, kv_head, first, end, a.head_size_k, k_stage);
+  load_rows<T, kDv, kChunk, kThreads>(a, v, window, kv_head, first, end, kDv, v_stage);
 }
 
 // Decode: the keys [first, first + kKeys) of a chunk that this warp alone reads, K and V, so warps
 // need no barrier between chunks.
-template <int kDk, int kDv, int kKeys>
+template <typename T, int kDk, int kDv, int kKeys>
 __device__ __forceinline__ void load_warp_keys(const Args& a, const PagedTensor& v,
                                                const TableWindow& window, int kv_head, int first,
-                                               int end, bf16* k_rows, bf16* v_rows) {
+                                               int end, T* k_rows, T* v_rows) {
   const int lane = threadIdx.x % 32;
   if (paired_rows<kDk, kDv>(a)) {
-    load_rows_by_piece<kDk, kKeys, 32>(a, a.k, window, kv_head, first, end, kDk, lane, k_rows,
-                                       a.v.base, v_rows);
+    load_rows_by_piece<T, kDk, kKeys, 32>(a, a.k, window, kv_head, first, end, kDk, lane, k_rows,
+                                          a.v.base, v_rows);
     return;
   }
-  load_rows_by_piece<kDk, kKeys, 32>(a, a.k, window, kv_head, first, end, a.head_size_k, lane,
-                                     k_rows);
-  load_rows_by_piece<kDv, kKeys, 32>(a, v, window, kv_head, first, end, kDv, lane, v_rows);
+  load_rows_by_piece<T, kDk, kKeys, 32>(a, a.k, window, kv_head, first, end, a.head_size_k, lane,
+                                        k_rows);
+  load_rows_by_piece<T, kDv, kKeys, 32>(a, v, window, kv_head, first, end, kDv, lane, v_rows);
+}
+
+// Widens rows [first, first + kKeys) of an e4m3 stage ([kChunk][kDim + 16]) into the same rows
+// of f16 ([kChunk][kDim + 8]), 8 elements at a time, the items dealt out over kWorkers threads.
+template <int kDim, int kKeys, int kWorkers>
+__device__ __forceinline__ void widen_rows(const e4m3* raw, f16* rows, int first, int worker) {
+  constexpr int kPieces = kDim / 8;
+#pragma unroll 4
+  for (int i = worker; i < kKeys * kPieces; i += kWorkers) {
+    const int key = first + i / kPieces;
+    const int piece = i % kPieces;
+    const uint2 x = *reinterpret_cast<const uint2*>(raw + key * (kDim + 16) + piece * 8);
+    *reinterpret_cast<uint4*>(rows + key * (kDim + 8) + piece * 8) = widen_e4m3(x);
+  }
 }
 
 }  // namespace pagoda::cuda::attention
