@@ -70,14 +70,15 @@ void run() {
     }
   }
   // The same shapes with FP8 weights in 128 x 128 blocks, each FP8 path alone: the matrix-vector
-  // kernel up to kMaxFp8GemvRows rows (bytes: a byte a weight and the scales), the tensor-core GEMM
+  // kernels up to kMaxFp8GemvRows rows, on CUDA cores and on tensor cores (bytes: a byte a weight
+  // and the scales), the tensor-core GEMM
   // (x's quantization included) and the dequantized bf16 copy through cuBLASLt (the
   // dequantization included); then what linear() picks, against the faster bf16 path.
   fmt::print(
       "\nFP8 weights (128 x 128 blocks)\n\n"
-      "| GEMM | N x K | M | gemv µs | % of copy | fp8 GEMM µs | % of copy | dequantized µs | "
-      "linear() ÷ best bf16 |\n"
-      "|---|---|---:|---:|---:|---:|---:|---:|---:|\n");
+      "| GEMM | N x K | M | gemv µs | % of copy | mma gemv µs | % of copy | fp8 GEMM µs | "
+      "% of copy | dequantized µs | linear() ÷ best bf16 |\n"
+      "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
   for (const Case& c : cases) {
     const int64_t bytes = c.n * c.k + (c.n + 127) / 128 * ((c.k + 127) / 128) * 4;
     const int copies = static_cast<int>(std::clamp<int64_t>((int64_t{1} << 30) / bytes, 2, 8));
@@ -100,6 +101,9 @@ void run() {
       };
       const std::string gemv_columns =
           cuda::fp8_gemv_applies(x) ? time_and_share(timed(cuda::fp8_gemv)) : "- | -";
+      const std::string mma_columns = cuda::fp8_mma_gemv_applies(x, weights[0])
+                                          ? time_and_share(timed(cuda::fp8_mma_gemv))
+                                          : "- | -";
       const std::string gemm_columns =
           cuda::fp8_gemm_applies(x, weights[0]) ? time_and_share(timed(cuda::fp8_gemm)) : "- | -";
       const double dequantized_ms = timed(cuda::fp8_dequantized_linear);
@@ -107,8 +111,8 @@ void run() {
           timed([](const Tensor& a, const Weight& w, const Tensor& o) { cuda::linear(a, w, o); });
       const double bf16_ms =
           bench::graph_median_ms(7, 20, [&](int i) { cuda::linear(x, dense[i % copies], out); });
-      fmt::print("| {} | {} x {} | {} | {} | {} | {:.1f} | {:.2f} |\n", c.name, c.n, c.k, m,
-                 gemv_columns, gemm_columns, dequantized_ms * 1e3, ms / bf16_ms);
+      fmt::print("| {} | {} x {} | {} | {} | {} | {} | {:.1f} | {:.2f} |\n", c.name, c.n, c.k, m,
+                 gemv_columns, mma_columns, gemm_columns, dequantized_ms * 1e3, ms / bf16_ms);
     }
   }
 }

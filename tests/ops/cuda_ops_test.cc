@@ -440,16 +440,17 @@ TEST(CudaOpsTest, GemvMatchesCpuAndWritesEveryElement) {
 }
 
 // FP8 weights against the product with the dequantized weight, computed on the host: the matrix-
-// vector kernel for 1 to kMaxFp8GemvRows rows, and the dequantized bf16 copy through cuBLASLt for
-// any, in 128 x 128 blocks, per-row groups (1 x 128) and one scale per tensor, with partial blocks
-// (N and K not multiples of 128) and K's four parts uneven. Row 0 of each weight holds one large
-// value and the rest 2^-10 of the usual, so its first 128 columns are e4m3 subnormals, which must
-// not be flushed.
+// vector kernels (CUDA cores, and tensor cores where the blocks allow) for 1 to kMaxFp8GemvRows
+// rows, and the dequantized bf16 copy through cuBLASLt for any, in 128 x 128 blocks, per-row groups
+// (1 x 128) and one scale per tensor, with partial blocks (N and K not multiples of 128) and K's
+// four parts uneven. Row 0 of each weight holds one large value and the rest 2^-10 of the usual, so
+// its first 128 columns are e4m3 subnormals, which must not be flushed.
 TEST(CudaOpsTest, Fp8LinearMatchesTheDequantizedProduct) {
   if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
   std::mt19937 rng(17);
-  for (const auto& [n, k] :
-       {std::pair{4096, 4096}, std::pair{1000, 2064}, std::pair{33, 14336}, std::pair{17, 208}}) {
+  int64_t mma_runs = 0;
+  for (const auto& [n, k] : {std::pair{4096, 4096}, std::pair{1000, 2064}, std::pair{1000, 2048},
+                             std::pair{33, 14336}, std::pair{17, 208}}) {
     const Tensor w = random_tensor({n, k}, rng);
     w.data<float>()[0] = 100.0f;
     for (int64_t c = 1; c < k; ++c)
@@ -478,11 +479,17 @@ TEST(CudaOpsTest, Fp8LinearMatchesTheDequantizedProduct) {
           };
           const bool bf16_out = out_dtype == DType::kBF16;
           if (m <= cuda::kMaxFp8GemvRows) check(cuda::fp8_gemv, bf16_out ? 4e-3 : 1e-4, "gemv");
+          // x rounded to f16 on the tensor cores: 2^-11 relative per element.
+          if (cuda::fp8_mma_gemv_applies(device_x, device)) {
+            ++mma_runs;
+            check(cuda::fp8_mma_gemv, bf16_out ? 4e-3 : 1e-3, "mma gemv");
+          }
           check(cuda::fp8_dequantized_linear, 4e-3, "dequantized");  // weight rounded to bf16
         }
       }
     }
   }
+  EXPECT_GT(mma_runs, 0);  // 128 x 128 blocks with K a multiple of 64 (and N partial: 1000, 33)
   // A K the 16-byte loads cannot read is an error, not a wrong answer.
   const Weight odd = quantize_fp8(random_tensor({8, 24}, rng), 8, 8).to(Device::cuda(0));
   EXPECT_THROW(cuda::linear(to_cuda(random_tensor({1, 24}, rng), DType::kBF16), odd,

@@ -10,6 +10,8 @@
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
 
+#include <algorithm>
+
 #include "core/cuda/context.h"
 #include "core/cuda/launch.h"
 #include "core/fast_divisor.h"
@@ -75,6 +77,7 @@ struct Fp8Args {
   FastDivisor block_rows;
   FastDivisor block_pieces;  // block_cols / kPiece: a piece's scale column (an integer division
                              // per piece would cost a fifth of the kernel's instructions)
+  FastDivisor block_steps;   // block_cols / kStepCols (the tensor-core GEMV's steps), or 1
   int n;
   int k;
 };
@@ -145,6 +148,126 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) fp8_gemv_kernel(Fp8Args a
   reduce_and_store<kM>(acc, first_row, args.n, active, out);
 }
 
+// The tensor-core GEMV: out[m, row] for the 16 weight rows [16 * blockIdx.x, + 16) and up to 8
+// rows of x, as m16n8k16 f16 products (f32 accumulate) with the weight rows as A and x's rows as
+// the 8 columns of B. Each lane (g, t) loads 16 e4m3 weights of rows g and g + 8 at columns
+// [64 s + 16 t, + 16) of a step s, widens them a pair at a time (one cvt per pair) into four A
+// fragments, and takes x's row g at the same 16 columns as B: a product sums over its 16 slots in
+// any order, so the slots may map to columns however is cheapest, as long as A and B agree (slot
+// 2t + e <-> column 16t + 4j + e, slot 2t + 8 + e <-> 16t + 4j + 2 + e, for product j of the step).
+// A step lies in one block of scales (block_rows % 16 == 0, block_cols % 64 == 0), whose scale
+// multiplies the step's products once. The CTA's warps take every kMmaWarps-th step; their sums
+// meet in shared memory. x is rounded to f16 (clamped to +-65504).
+constexpr int kMmaWarps = 8;
+constexpr int kMmaUnroll = 4;  // steps per warp in flight (8 measured slower: 1.3x at 8 rows)
+constexpr int kStepCols = 64;
+
+__device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint32_t pair) {
+  const __half2_raw h =
+      __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(pair), __NV_E4M3);
+  return static_cast<uint32_t>(h.x) | static_cast<uint32_t>(h.y) << 16;
+}
+
+__device__ __forceinline__ uint32_t bf16x2_to_f16x2(uint32_t pair) {
+  const float lo = fminf(fmaxf(__uint_as_float(pair << 16), -65504.0f), 65504.0f);
+  const float hi = fminf(fmaxf(__uint_as_float(pair & 0xffff0000u), -65504.0f), 65504.0f);
+  const __half2 h = __floats2half2_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&h);
+}
+
+__device__ __forceinline__ void mma_f16(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2,
+                                        uint32_t a3, uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+      "{%8, %9}, {%0, %1, %2, %3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+template <int kM, typename Out>
+__global__ void __launch_bounds__(kMmaWarps * 32) fp8_mma_gemv_kernel(Fp8Args args, Out* out) {
+  const int warp = threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  const int g = lane / 4;
+  const int t = lane % 4;
+  const int row0 = static_cast<int>(blockIdx.x) * 16;
+  const uint8_t* w_lo =
+      args.weight + static_cast<int64_t>(min(row0 + g, args.n - 1)) * args.w_stride + 16 * t;
+  const uint8_t* w_hi =
+      args.weight + static_cast<int64_t>(min(row0 + g + 8, args.n - 1)) * args.w_stride + 16 * t;
+  const float* scale_row =
+      args.scales + static_cast<int64_t>(args.block_rows.divide(row0)) * args.scale_cols;
+  const bf16* x_row = args.x + min(g, kM - 1) * args.x_stride + 16 * t;
+  const int steps = args.k / kStepCols;
+  uint4 a[kMmaUnroll][2];
+  const auto load = [&](int first) {
+#pragma unroll
+    for (int u = 0; u < kMmaUnroll; ++u) {
+      const int step = first + u * kMmaWarps;
+      const bool valid = step < steps;
+      a[u][0] = valid ? load_streaming(reinterpret_cast<const uint4*>(w_lo + step * kStepCols))
+                      : make_uint4(0, 0, 0, 0);
+      a[u][1] = valid ? load_streaming(reinterpret_cast<const uint4*>(w_hi + step * kStepCols))
+                      : make_uint4(0, 0, 0, 0);
+    }
+  };
+  load(warp);
+  start_after_prior_kernels();
+  float acc[4] = {};
+  for (int first = warp; first < steps; first += kMmaWarps * kMmaUnroll) {
+    if (first != warp) load(first);
+#pragma unroll
+    for (int u = 0; u < kMmaUnroll; ++u) {
+      const int step = first + u * kMmaWarps;
+      if (step >= steps) break;
+      // x's row g at the lane's 16 columns, as f16 pairs (rows past kM are zero).
+      uint32_t b[8] = {};
+      if (g < kM) {
+        const uint4 lo = *reinterpret_cast<const uint4*>(x_row + step * kStepCols);
+        const uint4 hi = *reinterpret_cast<const uint4*>(x_row + step * kStepCols + 8);
+        const uint32_t words[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+#pragma unroll
+        for (int i = 0; i < 8; ++i)
+          b[i] = bf16x2_to_f16x2(words[i]);
+      }
+      const uint32_t w0[4] = {a[u][0].x, a[u][0].y, a[u][0].z, a[u][0].w};
+      const uint32_t w1[4] = {a[u][1].x, a[u][1].y, a[u][1].z, a[u][1].w};
+      float c[4] = {};
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        mma_f16(c, e4m3x2_to_f16x2(w0[j] & 0xffffu), e4m3x2_to_f16x2(w1[j] & 0xffffu),
+                e4m3x2_to_f16x2(w0[j] >> 16), e4m3x2_to_f16x2(w1[j] >> 16), b[2 * j], b[2 * j + 1]);
+      }
+      const float scale = __ldg(scale_row + args.block_steps.divide(step));
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+        acc[i] = fmaf(c[i], scale, acc[i]);
+    }
+  }
+  // c[0..1]: weight row g, x rows 2t and 2t + 1; c[2..3]: row g + 8.
+  __shared__ float partial[kMmaWarps][32][4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+    partial[warp][lane][i] = acc[i];
+  __syncthreads();
+  if (warp != 0) return;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    float v = acc[i];
+    for (int w = 1; w < kMmaWarps; ++w)
+      v += partial[w][lane][i];
+    const int row = row0 + g + (i / 2) * 8;
+    const int m = 2 * t + i % 2;
+    if (m < kM && row < args.n) {
+      if constexpr (sizeof(Out) == 4) {
+        out[m * args.n + row] = v;
+      } else {
+        out[m * args.n + row] = __float2bfloat16(v);
+      }
+    }
+  }
+}
+
 // out[n, k] = bf16(weight[n, k] * its block's scale), 16 weights a thread: row blockIdx.x, pieces
 // from blockIdx.y * blockDim.x.
 __global__ void dequantize_kernel(Fp8Args args, bf16* out) {
@@ -174,16 +297,30 @@ __global__ void dequantize_kernel(Fp8Args args, bf16* out) {
 
 // The weight's part of the arguments (x is set by the GEMV).
 Fp8Args fp8_args(const Weight& weight) {
-  return {.x = nullptr,
-          .x_stride = 0,
-          .weight = reinterpret_cast<const uint8_t*>(weight.values.raw_data()),
-          .w_stride = weight.values.stride(0),
-          .scales = weight.scales.data<float>(),
-          .scale_cols = static_cast<int>(weight.scales.size(1)),
-          .block_rows = FastDivisor(static_cast<int>(weight.block_rows)),
-          .block_pieces = FastDivisor(static_cast<int>(weight.block_cols / kPiece)),
-          .n = static_cast<int>(weight.rows()),
-          .k = static_cast<int>(weight.cols())};
+  return {
+      .x = nullptr,
+      .x_stride = 0,
+      .weight = reinterpret_cast<const uint8_t*>(weight.values.raw_data()),
+      .w_stride = weight.values.stride(0),
+      .scales = weight.scales.data<float>(),
+      .scale_cols = static_cast<int>(weight.scales.size(1)),
+      .block_rows = FastDivisor(static_cast<int>(weight.block_rows)),
+      .block_pieces = FastDivisor(static_cast<int>(weight.block_cols / kPiece)),
+      .block_steps = FastDivisor(static_cast<int>(std::max<int64_t>(1, weight.block_cols / 64))),
+      .n = static_cast<int>(weight.rows()),
+      .k = static_cast<int>(weight.cols())};
+}
+
+template <int kM>
+void launch_fp8_mma_gemv(const Fp8Args& args, const Tensor& out) {
+  const int blocks = (args.n + 15) / 16;
+  if (out.dtype() == DType::kF32) {
+    launch(fp8_mma_gemv_kernel<kM, float>, blocks, kMmaWarps * 32, 0, stream(), args,
+           out.data<float>());
+  } else {
+    launch(fp8_mma_gemv_kernel<kM, bf16>, blocks, kMmaWarps * 32, 0, stream(), args,
+           reinterpret_cast<bf16*>(out.raw_data()));
+  }
 }
 
 template <int kM>
@@ -277,6 +414,23 @@ void fp8_gemv(const Tensor& x, const Weight& weight, const Tensor& out) {
   args.x = reinterpret_cast<const bf16*>(x.raw_data());
   args.x_stride = x.stride(0);
   with_rows<kMaxFp8GemvRows>(x.size(0), [&]<int kM>() { launch_fp8_gemv<kM>(args, out); });
+}
+
+bool fp8_mma_gemv_applies(const Tensor& x, const Weight& weight) {
+  return fp8_gemv_applies(x) && weight.block_rows % 16 == 0 && weight.block_cols % kStepCols == 0 &&
+         weight.cols() % kStepCols == 0;
+}
+
+void fp8_mma_gemv(const Tensor& x, const Weight& weight, const Tensor& out) {
+  check_fp8_linear(x, weight, out);
+  PAGODA_CHECK(fp8_mma_gemv_applies(x, weight),
+               "FP8 tensor-core GEMV of x {} (strides {}) and weight {} in blocks of {} x {}",
+               x.shape(), x.strides(), weight.values.shape(), weight.block_rows, weight.block_cols);
+  if (x.size(0) == 0 || weight.rows() == 0) return;
+  Fp8Args args = fp8_args(weight);
+  args.x = reinterpret_cast<const bf16*>(x.raw_data());
+  args.x_stride = x.stride(0);
+  with_rows<kMaxFp8GemvRows>(x.size(0), [&]<int kM>() { launch_fp8_mma_gemv<kM>(args, out); });
 }
 
 bool fp8_gemm_applies(const Tensor& x, const Weight& weight) {

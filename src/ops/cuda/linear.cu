@@ -392,10 +392,18 @@ void linear(const Tensor& x, const Weight& quantized, const Tensor& out) {
   if (quantized.quantized()) {
     check_fp8_linear(x, quantized, out);
     const bool small = fp8_gemv_applies(x);
+    // Of the two matrix-vector kernels, the faster for this shape (CUDA cores tend to win at one
+    // row of x, tensor cores beyond), timed apart from the choice against the GEMM.
+    const auto cuda_cores = [&] { fp8_gemv(x, quantized, out); };
+    const auto tensor_cores = [&] { fp8_mma_gemv(x, quantized, out); };
+    PlanKey gemv_key = key;
+    gemv_key[8] = 1;
+    const bool mma = small && fp8_mma_gemv_applies(x, quantized) &&
+                     !first_is_faster(gemv_key, device, cuda_cores, tensor_cores);
+    const auto gemv = [&] { return mma ? tensor_cores() : cuda_cores(); };
     if (!fp8_gemm_applies(x, quantized)) {
-      return small ? fp8_gemv(x, quantized, out) : fp8_dequantized_linear(x, quantized, out);
+      return small ? gemv() : fp8_dequantized_linear(x, quantized, out);
     }
-    const auto gemv = [&] { fp8_gemv(x, quantized, out); };
     const auto gemm = [&] { fp8_gemm(x, quantized, out); };
     return small && first_is_faster(key, device, gemv, gemm) ? gemv() : gemm();
   }

@@ -72,7 +72,9 @@ void gemv(const Tensor& x, const Tensor& weight, const Tensor& out);
 // linear() with an FP8 weight, three ways (fp8_linear.cu), each of which throws Error for a weight
 // it cannot read (K and block_cols multiples of 16 and 16-byte aligned rows are needed by all):
 // - fp8_gemv: at most kMaxFp8GemvRows rows of x (16-byte aligned) as matrix-vector products that
-//   apply the block scales in registers.
+//   apply the block scales in registers; fp8_mma_gemv does the same on tensor cores (16 weight
+//   rows by up to 8 rows of x per product, x rounded to f16) for blocks of a multiple of 16 rows
+//   and 64 columns (fp8_mma_gemv_applies); linear() runs the faster of the two there.
 // - fp8_gemm: x quantized to e4m3 per row and group of 128 columns (scale: the group's largest
 //   magnitude / 448), then cuBLASLt's FP8 tensor-core GEMM, for a weight in 128 x 128 blocks with
 //   K a multiple of 128 (fp8_gemm_applies).
@@ -83,6 +85,8 @@ constexpr int64_t kMaxFp8GemvRows = 8;
 void check_fp8_linear(const Tensor& x, const Weight& weight, const Tensor& out);
 bool fp8_gemv_applies(const Tensor& x);
 void fp8_gemv(const Tensor& x, const Weight& weight, const Tensor& out);
+bool fp8_mma_gemv_applies(const Tensor& x, const Weight& weight);
+void fp8_mma_gemv(const Tensor& x, const Weight& weight, const Tensor& out);
 bool fp8_gemm_applies(const Tensor& x, const Weight& weight);
 void fp8_gemm(const Tensor& x, const Weight& weight, const Tensor& out);
 void fp8_dequantized_linear(const Tensor& x, const Weight& weight, const Tensor& out);
