@@ -26,7 +26,18 @@ struct AttentionLayerParams {
   // scores (the sink's included), -inf where it sees no key. What merges the outputs of ranks that
   // attend over shares of one sequence's keys (decode context parallelism).
   float* lse = nullptr;
+  // An e4m3 cache (--kv-cache-dtype fp8) holds K · (1 / k_scale) and V · (1 / v_scale), rounded,
+  // and reads them back times the scale: a checkpoint's calibrated scales (<attn>.k_scale and
+  // .v_scale), 1 without. Caches of other dtypes ignore them (cache_scale()).
+  float k_scale = 1.0f;
+  float v_scale = 1.0f;
 };
+
+// The scale a cache of `dtype` applies for a layer's `scale` (k_scale or v_scale): that scale for
+// an e4m3 cache, 1 for any other.
+inline float cache_scale(DType dtype, float scale) {
+  return dtype == DType::kF8E4M3 ? scale : 1.0f;
+}
 
 // One layer's cache as its backend reads it: non-owning views of a shared buffer.
 struct KvCacheView {

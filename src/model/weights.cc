@@ -129,6 +129,11 @@ WeightSource WeightSource::dummy(DType dtype, uint64_t seed) {
   return source;
 }
 
+float WeightSource::get_scalar(const std::string& name) {
+  const bool zero_dim = has(name) && checkpoint_->tensor(name).shape().empty();
+  return cpu::to_floats(host_tensor(name, zero_dim ? Shape{} : Shape{1}, {}))[0];
+}
+
 bool WeightSource::has(const std::string& name) const {
   return checkpoint_ && checkpoint_->contains(name);
 }

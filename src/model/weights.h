@@ -61,6 +61,9 @@ class WeightSource {
   // An int64 tensor of `shape` (token ids and the like), on the host. Dummy weights give 0, 1, 2,
   // ... in order. Throws Error naming the tensor when it is missing, shaped otherwise or not I64.
   std::vector<int64_t> get_int64(const std::string& name, const Shape& shape);
+  // The one-element floating tensor `name` (shape [] or [1]) as a float. Throws Error as get()
+  // does.
+  float get_scalar(const std::string& name);
   // True when `name` exists (always false for dummy weights, so optional tensors are skipped).
   bool has(const std::string& name) const;
   // Checkpoint tensors never asked for, in name order.

@@ -32,6 +32,8 @@ struct AttentionCase {
   int64_t padding_bytes = 0;  // extra bytes per page (padded pages)
   int64_t slots = 1;          // pages per block id (packed); this layer takes the last slot
   DType cache_dtype = DType::kF32;
+  float k_scale = 1.0f;  // an e4m3 cache's scales (AttentionLayerParams::k_scale, v_scale)
+  float v_scale = 1.0f;
   int64_t window = 0;
   float softcap = 0.0f;
   bool sinks = false;
@@ -85,8 +87,8 @@ std::vector<float> host_floats(const Tensor& t) {
   return out;
 }
 
-// Writes one token's K or V row into a (host) view of the cache.
-void store_row(const Tensor& view, int64_t slot, int64_t head, const float* row) {
+// Writes one token's K or V row, times `factor`, into a (host) view of the cache.
+void store_row(const Tensor& view, int64_t slot, int64_t head, const float* row, float factor) {
   const int64_t block_size = view.size(1);
   const int64_t element = dtype_size(view.dtype());
   auto* dst = static_cast<std::byte*>(view.raw_data()) +
@@ -94,7 +96,7 @@ void store_row(const Tensor& view, int64_t slot, int64_t head, const float* row)
                head * view.stride(2)) *
                   element;
   for (int64_t d = 0; d < view.size(3); ++d)
-    cpu::store_float(dst + d * view.stride(3) * element, view.dtype(), row[d]);
+    cpu::store_float(dst + d * view.stride(3) * element, view.dtype(), row[d] * factor);
 }
 
 // One sequence of the step: its blocks, and every token's K and V as the cache stores them.
@@ -223,14 +225,21 @@ TEST_P(AttentionTest, MatchesDenseAttention) {
   meta.num_actual_tokens = real;
   const int64_t rows = real + c.padded_rows;
 
-  // Earlier tokens are in the cache before the step; the expected cache adds the new ones.
+  // Earlier tokens are in the cache before the step; the expected cache adds the new ones. An e4m3
+  // cache holds each value times 1 / its scale.
+  const float k_scale = cache_scale(c.cache_dtype, c.k_scale);
+  const float v_scale = cache_scale(c.cache_dtype, c.v_scale);
+  const float k_inverse = 1.0f / k_scale;
+  const float v_inverse = 1.0f / v_scale;
   for (size_t s = 0; s < seqs.size(); ++s) {
     for (int64_t p = 0; p < c.seqs[s].first; ++p) {
       if (!c.context.owns(p)) continue;
       for (int64_t h = 0; h < c.kv_heads; ++h) {
         const int64_t slot = seqs[s].slot(p, c.block_size, c.context);
-        store_row(host_cache.key, slot, h, &seqs[s].keys[(p * c.kv_heads + h) * c.head_k]);
-        store_row(host_cache.value, slot, h, &seqs[s].values[(p * c.kv_heads + h) * c.head_v]);
+        store_row(host_cache.key, slot, h, &seqs[s].keys[(p * c.kv_heads + h) * c.head_k],
+                  k_inverse);
+        store_row(host_cache.value, slot, h, &seqs[s].values[(p * c.kv_heads + h) * c.head_v],
+                  v_inverse);
       }
     }
   }
@@ -248,17 +257,17 @@ TEST_P(AttentionTest, MatchesDenseAttention) {
       value_values.insert(value_values.end(), v, v + c.kv_heads * c.head_v);
       for (int64_t h = 0; h < c.kv_heads && c.context.owns(p); ++h) {
         const int64_t slot = seqs[s].slot(p, c.block_size, c.context);
-        store_row(expected_view.key, slot, h, k + h * c.head_k);
-        store_row(expected_view.value, slot, h, v + h * c.head_v);
+        store_row(expected_view.key, slot, h, k + h * c.head_k, k_inverse);
+        store_row(expected_view.value, slot, h, v + h * c.head_v, v_inverse);
       }
     }
   }
-  // The reference reads K and V as the cache holds them.
+  // The reference reads K and V as the cache holds them, times their scales.
   for (Sequence& seq : seqs) {
     for (float& k : seq.keys)
-      k = round_to(c.cache_dtype, k);
+      k = round_to(c.cache_dtype, k * k_inverse) * k_scale;
     for (float& v : seq.values)
-      v = round_to(c.cache_dtype, v);
+      v = round_to(c.cache_dtype, v * v_inverse) * v_scale;
   }
   std::vector<float> sinks(c.q_heads);
   for (float& s : sinks)
@@ -282,7 +291,9 @@ TEST_P(AttentionTest, MatchesDenseAttention) {
                               .sliding_window = c.window,
                               .logit_softcap = c.softcap,
                               .sinks = c.sinks ? sink_tensor.data<float>() : nullptr,
-                              .lse = lse.data<float>()};
+                              .lse = lse.data<float>(),
+                              .k_scale = c.k_scale,
+                              .v_scale = c.v_scale};
   const std::unique_ptr<AttentionPlan> plan =
       backend.make_plan({.page = page,
                          .max_model_len = c.graph_max_len > 0 ? c.graph_max_len : longest,
@@ -416,6 +427,18 @@ std::vector<AttentionCase> cases() {
       {.label = "bf16 cache", .cache_dtype = DType::kBF16, .seqs = kShort},
       // e4m3 pages (--kv-cache-dtype fp8): the reference reads K and V rounded to e4m3.
       {.label = "fp8 cache", .cache_dtype = DType::kF8E4M3, .seqs = kShort},
+      // A checkpoint's calibrated scales: the cache holds K / 0.05 and V / 3.
+      {.label = "fp8 cache scaled",
+       .cache_dtype = DType::kF8E4M3,
+       .k_scale = 0.05f,
+       .v_scale = 3.0f,
+       .seqs = kShort},
+      // Scales on any other cache are ignored.
+      {.label = "bf16 cache ignores scales",
+       .cache_dtype = DType::kBF16,
+       .k_scale = 0.05f,
+       .v_scale = 3.0f,
+       .seqs = kShort},
       {.label = "fp8 cache split heads window",
        .head_k = 24,
        .head_v = 16,
@@ -635,6 +658,17 @@ std::vector<AttentionCase> cases() {
     c.cache_dtype = DType::kF8E4M3;
     all.push_back(c);
   }
+  // Scaled e4m3 pages, written by the write kernel (verify rows) and in the decode kernel.
+  c = llama("fp8 scaled", {{700, 1}, {1500, 1}, {33, 3}, {3000, 1}, {0, 37}});
+  c.verify_seqs = 3;
+  c.cache_dtype = DType::kF8E4M3;
+  c.k_scale = 0.05f;
+  c.v_scale = 3.0f;
+  all.push_back(c);
+  c.label = "fp8 scaled, written in the decode kernel";
+  c.seqs = {{700, 1}, {1500, 1}, {0, 37}};
+  c.verify_seqs = 0;
+  all.push_back(c);
   return all;
 }
 

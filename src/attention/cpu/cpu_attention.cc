@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <limits>
+#include <tuple>
 
 #include "core/thread_pool.h"
 #include "ops/cpu/ops.h"
@@ -9,21 +10,23 @@
 namespace pagoda {
 namespace {
 
-// Writes K and V of real rows into the cache at their slots.
-void write_cache(const Tensor& key, const Tensor& value, const KvCacheView& cache,
-                 const AttentionMetadata& metadata) {
+// Writes K and V of real rows into the cache at their slots, times 1 / their cache scales.
+void write_cache(const AttentionLayerParams& p, const Tensor& key, const Tensor& value,
+                 const KvCacheView& cache, const AttentionMetadata& metadata) {
   const int64_t block_size = cache.key.size(1);
   const int64_t heads = cache.key.size(2);
   const DType dtype = cache.key.dtype();
   const int64_t element = dtype_size(dtype);
+  const float k_inverse = 1.0f / cache_scale(dtype, p.k_scale);
+  const float v_inverse = 1.0f / cache_scale(dtype, p.v_scale);
   for (int64_t t = 0; t < metadata.num_actual_tokens; ++t) {
     const int64_t slot = metadata.slot_mapping[t];
     if (slot < 0) continue;
     const int64_t block = slot / block_size;
     const int64_t offset = slot % block_size;
     PAGODA_CHECK(block < cache.key.size(0), "slot {} is past the cache's blocks", slot);
-    for (const auto& [source, view] :
-         {std::pair{&key, &cache.key}, std::pair{&value, &cache.value}}) {
+    for (const auto& [source, view, inverse] :
+         {std::tuple{&key, &cache.key, k_inverse}, std::tuple{&value, &cache.value, v_inverse}}) {
       const int64_t dim = view->size(3);
       for (int64_t h = 0; h < heads; ++h) {
         const float* row = source->data<float>() + t * source->stride(0) + h * source->stride(1);
@@ -31,7 +34,7 @@ void write_cache(const Tensor& key, const Tensor& value, const KvCacheView& cach
             view->raw_data() +
             (block * view->stride(0) + offset * view->stride(1) + h * view->stride(2)) * element;
         for (int64_t d = 0; d < dim; ++d)
-          cpu::store_float(dst + d * element, dtype, row[d]);
+          cpu::store_float(dst + d * element, dtype, row[d] * inverse);
       }
     }
   }
@@ -50,8 +53,8 @@ float attend(const AttentionLayerParams& p, const float* q, int64_t kv_head, int
       p.sliding_window > 0 ? std::max<int64_t>(0, position - p.sliding_window + 1) : 0;
   scores.clear();
   key_row.resize(std::max(p.head_size_k, p.head_size_v));
-  // The cached row of an owned position.
-  auto load_row = [&](const Tensor& view, int64_t position, int64_t dim) {
+  // The cached row of an owned position, times the cache's scale.
+  auto load_row = [&](const Tensor& view, int64_t position, int64_t dim, float scale) {
     const int64_t local = context.local_index(position);
     const int64_t block = block_row[local / block_size];
     const std::byte* src =
@@ -59,13 +62,15 @@ float attend(const AttentionLayerParams& p, const float* q, int64_t kv_head, int
                            kv_head * view.stride(2)) *
                               element;
     for (int64_t d = 0; d < dim; ++d)
-      key_row[d] = cpu::load_float(src + d * element, dtype);
+      key_row[d] = cpu::load_float(src + d * element, dtype) * scale;
   };
+  const float k_scale = cache_scale(dtype, p.k_scale);
+  const float v_scale = cache_scale(dtype, p.v_scale);
   constexpr float kNone = -std::numeric_limits<float>::infinity();
   float max = p.sinks != nullptr ? p.sinks[q_head] : kNone;
   for (int64_t key = first; key <= position; ++key) {
     if (!context.owns(key)) continue;
-    load_row(cache.key, key, p.head_size_k);
+    load_row(cache.key, key, p.head_size_k, k_scale);
     float dot = 0.0f;
     for (int64_t d = 0; d < p.head_size_k; ++d)
       dot += q[d] * key_row[d];
@@ -85,7 +90,7 @@ float attend(const AttentionLayerParams& p, const float* q, int64_t kv_head, int
   size_t j = 0;
   for (int64_t key = first; key <= position; ++key) {
     if (!context.owns(key)) continue;
-    load_row(cache.value, key, p.head_size_v);
+    load_row(cache.value, key, p.head_size_v, v_scale);
     const float weight = scores[j++] / sum;
     for (int64_t d = 0; d < p.head_size_v; ++d)
       out[d] += weight * key_row[d];
@@ -107,7 +112,7 @@ void cpu_paged_attention(const AttentionLayerParams& params, const Tensor& query
       cache.key.size(2) == params.num_kv_heads && cache.key.size(3) == params.head_size_k &&
           cache.value.size(3) == params.head_size_v,
       "cache view {} / {} does not match the layer", cache.key.shape(), cache.value.shape());
-  if (key.defined()) write_cache(key, value, cache, metadata);
+  if (key.defined()) write_cache(params, key, value, cache, metadata);
 
   const int64_t group = params.num_q_heads / params.num_kv_heads;
   const int64_t num_seqs = metadata.num_seqs();

@@ -38,11 +38,12 @@ constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 constexpr float kNegInf = -INFINITY;
 
-// Stores 8 bf16 (a 16-byte piece) at `dst`, a cache row of T: as they are, or rounded to e4m3.
+// Stores 8 bf16 (a 16-byte piece) at `dst`, a cache row of T: as they are, or times `inverse`
+// (1 / the cache's scale) rounded to e4m3.
 template <typename T>
-__device__ __forceinline__ void store_piece(T* dst, uint4 x) {
+__device__ __forceinline__ void store_piece(T* dst, uint4 x, float inverse) {
   if constexpr (std::is_same_v<T, e4m3>) {
-    *reinterpret_cast<uint2*>(dst) = narrow_to_e4m3(x);
+    *reinterpret_cast<uint2*>(dst) = narrow_to_e4m3(x, inverse);
   } else {
     *reinterpret_cast<uint4*>(dst) = x;
   }
@@ -177,7 +178,8 @@ __global__ void __launch_bounds__(Shape<T, kDk, kDv, kRowTiles, kStages, kChunkK
                          dv_offset;
         T* dst = static_cast<T*>(cache.base) + block * cache.block_stride +
                  offset * cache.token_stride + kv_head * cache.head_stride;
-        store_piece(dst + piece * 8, *reinterpret_cast<const uint4*>(src + piece * 8));
+        store_piece(dst + piece * 8, *reinterpret_cast<const uint4*>(src + piece * 8),
+                    is_key ? a.k_inverse : a.v_inverse);
       }
     }
     __syncthreads();  // the rows are written before any copy of them is issued
@@ -378,6 +380,14 @@ __global__ void __launch_bounds__(Shape<T, kDk, kDv, kRowTiles, kStages, kChunkK
   __syncthreads();
 
   const bool split_kv = splits > 1;
+  // e4m3 V was stored divided by its scale: every output (a weighted mean of V) is times it.
+  const auto rescaled = [&](float o) {
+    if constexpr (S::kWidens) {
+      return o * a.out_scale;
+    } else {
+      return o;
+    }
+  };
   // Partial results and the counter of one (sequence, KV head, row tile, V slice).
   const int row_tiles = gridDim.z / (a.num_splits * a.dv_slices);
   const int64_t cta =
@@ -410,7 +420,7 @@ __global__ void __launch_bounds__(Shape<T, kDk, kDv, kRowTiles, kStages, kChunkK
     if (!split_kv) {
       const int token = q_begin + (row_begin + r) / a.group;
       a.out[token * a.out_token_stride + head * a.dv_total + dv_offset + d] =
-          __float2bfloat16(l_all > 0.0f ? o_all / l_all : 0.0f);
+          __float2bfloat16(rescaled(l_all > 0.0f ? o_all / l_all : 0.0f));
       if (a.lse != nullptr && slice == 0 && d == 0) {
         a.lse[token * a.num_kv_heads * a.group + head] =
             l_all > 0.0f ? (m_use + log2f(l_all)) * kLn2 : kNegInf;
@@ -476,7 +486,8 @@ __global__ void __launch_bounds__(Shape<T, kDk, kDv, kRowTiles, kStages, kChunkK
     for (int sp = 0; sp < splits; ++sp)
       o_all += weights[r * splits + sp] * __ldcg(cta_o + (sp * 16 + r) * kDv + d);
     const int token = q_begin + (row_begin + r) / a.group;
-    a.out[token * a.out_token_stride + head * a.dv_total + dv_offset + d] = __float2bfloat16(o_all);
+    a.out[token * a.out_token_stride + head * a.dv_total + dv_offset + d] =
+        __float2bfloat16(rescaled(o_all));
   }
 }
 

@@ -141,13 +141,16 @@ __device__ __forceinline__ uint4 widen_e4m3(uint2 x) {
   return out;
 }
 
-// Eight bf16 (16 bytes) rounded to e4m3 (8 bytes), to nearest even, saturating at +-448.
-__device__ __forceinline__ uint2 narrow_to_e4m3(uint4 x) {
+// Eight bf16 (16 bytes) times `factor`, rounded to e4m3 (8 bytes), to nearest even, saturating at
+// +-448.
+__device__ __forceinline__ uint2 narrow_to_e4m3(uint4 x, float factor) {
   const uint32_t* w = reinterpret_cast<const uint32_t*>(&x);
   uint32_t out[2] = {0, 0};
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
-    const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&w[i]));
+    float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&w[i]));
+    f.x *= factor;
+    f.y *= factor;
     const __nv_fp8x2_storage_t pair = __nv_cvt_float2_to_fp8x2(f, __NV_SATFINITE, __NV_E4M3);
     out[i / 2] |= static_cast<uint32_t>(pair) << (16 * (i % 2));
   }

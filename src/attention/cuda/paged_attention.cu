@@ -3,6 +3,7 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
+#include <cmath>
 #include <type_traits>
 
 #include "attention/cuda/attention_kernel.cuh"
@@ -30,7 +31,7 @@ __global__ void write_kv_kernel(const bf16* key, int64_t key_token_stride, int64
                                 const bf16* value, int64_t value_token_stride,
                                 int64_t value_head_stride, PagedTensor k_cache, PagedTensor v_cache,
                                 const int64_t* slot_mapping, int num_heads, int head_size_k,
-                                int head_size_v, int block_size) {
+                                int head_size_v, int block_size, float k_inverse, float v_inverse) {
   start_after_prior_kernels();
   const int token = blockIdx.x;
   const int64_t slot = slot_mapping[token];
@@ -50,7 +51,8 @@ __global__ void write_kv_kernel(const bf16* key, int64_t key_token_stride, int64
                              : value + token * value_token_stride + head * value_head_stride;
     T* dst = static_cast<T*>(cache.base) + block * cache.block_stride +
              offset * cache.token_stride + head * cache.head_stride;
-    store_piece(dst + piece * 8, *reinterpret_cast<const uint4*>(src + piece * 8));
+    store_piece(dst + piece * 8, *reinterpret_cast<const uint4*>(src + piece * 8),
+                is_key ? k_inverse : v_inverse);
   }
 }
 
@@ -220,7 +222,14 @@ void paged_attention(const AttentionLayerParams& params, const Tensor& query, co
   args.out_token_stride = output.stride(0);
   args.sinks = params.sinks;
   args.lse = params.lse;
-  args.scale = params.scale;
+  const float k_scale = cache_scale(cache_dtype, params.k_scale);
+  const float v_scale = cache_scale(cache_dtype, params.v_scale);
+  PAGODA_CHECK(std::isfinite(k_scale) && k_scale > 0.0f && std::isfinite(v_scale) && v_scale > 0.0f,
+               "KV cache scales {} / {} must be finite and positive", k_scale, v_scale);
+  args.scale = params.scale * k_scale;
+  args.k_inverse = 1.0f / k_scale;
+  args.v_inverse = 1.0f / v_scale;
+  args.out_scale = v_scale;
   args.softcap = params.logit_softcap;
   args.window = static_cast<int>(params.sliding_window);
   args.num_kv_heads = static_cast<int>(hkv);
@@ -257,7 +266,7 @@ void paged_attention(const AttentionLayerParams& params, const Tensor& query, co
              reinterpret_cast<const bf16*>(value.raw_data()) + first * value.stride(0),
              value.stride(0), value.stride(1), k_cache, v_cache, plan.slot_mapping() + first,
              static_cast<int>(hkv), static_cast<int>(dk), static_cast<int>(dv),
-             static_cast<int>(plan.block_size()));
+             static_cast<int>(plan.block_size()), args.k_inverse, args.v_inverse);
     }
     if (decodes > 0) {
       Args d = args;

@@ -1,9 +1,9 @@
 // CUDA paged attention (DESIGN.md §4): KV writes through the slot mapping, then one tensor-core
 // kernel for decode and prefill rows. Pages are addressed through runtime block, token and head
 // strides, so NHD, HND and padded pages all work. Requires bf16 queries, a bf16 or e4m3 cache
-// (e4m3 pages are widened to f16 in shared memory and multiplied in f16; the K/V write rounds to
-// e4m3, scale 1), and a layer within kHeadSizes and kMaxQueriesPerKvHead whose cache rows are whole
-// 16-byte pieces.
+// (e4m3 pages are widened to f16 in shared memory and multiplied in f16; the K/V write divides by
+// the layer's k_scale / v_scale and rounds to e4m3), and a layer within kHeadSizes and
+// kMaxQueriesPerKvHead whose cache rows are whole 16-byte pieces.
 #pragma once
 
 #include <array>

@@ -29,9 +29,14 @@ struct Args {
   int64_t out_token_stride;
   const float* sinks;  // [Hq] or null
   float* lse;          // [T, Hq] or null: each row's natural log-sum-exp (the sink's included)
-  float scale;
-  float softcap;  // 0: none
-  int window;     // 0: full attention
+  float scale;         // on q·k, the cache's k_scale included
+  float softcap;       // 0: none
+  // e4m3 caches: K and V are written times these (1 / k_scale, 1 / v_scale), and the output is
+  // multiplied by out_scale (v_scale). bf16 caches ignore them.
+  float k_inverse;
+  float v_inverse;
+  float out_scale;
+  int window;  // 0: full attention
   int num_kv_heads;
   int group;        // query heads per KV head
   int head_size_k;  // K's width; the kernel's kDk may be wider, the rest zero

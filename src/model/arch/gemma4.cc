@@ -102,6 +102,9 @@ Gemma4Model::Gemma4Model(const ModelConfig& config, WeightSource& weights,
       l.ple_projection = weights.get(layer + ".per_layer_projection.weight", {hidden, ple_size_});
       l.ple_norm = RmsNorm::load(weights, layer + ".post_per_layer_input_norm.weight", hidden, eps);
     }
+    if (attention.kv_source == KvSource::kEarlierLayer) {
+      l.attention->use_cache_scales_of(*layers_.at(attention.kv_source_layer).attention);
+    }
     layers_.push_back(std::move(l));
   }
   norm_ = RmsNorm::load(weights, prefix + "norm.weight", hidden, eps);

@@ -122,6 +122,20 @@ SelfAttention::SelfAttention(WeightSource& weights, const std::string& prefix, i
         RmsNorm::load(weights, prefix + ".q_norm.weight", layer.head_size_k, options.norm_eps);
   }
   if (owns_kv_) {
+    // Scales must be finite and positive: K and V are stored divided by them.
+    const auto read_scale = [&](const std::string& name) {
+      const float value = weights.get_scalar(name);
+      if (!(std::isfinite(value) && value > 0.0f)) {
+        fail("KV cache scale '{}' is {}; it must be finite and positive", name, value);
+      }
+      return value;
+    };
+    if (weights.has(prefix + ".kv_scale")) {
+      params_.k_scale = params_.v_scale = read_scale(prefix + ".kv_scale");
+    } else {
+      if (weights.has(prefix + ".k_scale")) params_.k_scale = read_scale(prefix + ".k_scale");
+      if (weights.has(prefix + ".v_scale")) params_.v_scale = read_scale(prefix + ".v_scale");
+    }
     k_proj_ = weights.get_weight(prefix + ".k_proj.weight", {layer.num_kv_heads * hk, hidden},
                                  part(0, heads.kv_begin, heads.kv_count, hk));
     if (!options.k_eq_v) {

@@ -57,11 +57,18 @@ struct SelfAttentionOptions {
 // are summed.
 class SelfAttention {
  public:
-  // Reads <prefix>.{q,k,v,o}_proj.weight (and q_norm/k_norm). `layer` gives the model's heads and
-  // sizes.
+  // Reads <prefix>.{q,k,v,o}_proj.weight (and q_norm/k_norm), and where the checkpoint has them
+  // the scales of an FP8 KV cache: <prefix>.k_scale and .v_scale, or one .kv_scale for both.
+  // `layer` gives the model's heads and sizes.
   SelfAttention(WeightSource& weights, const std::string& prefix, int64_t hidden,
                 const LayerAttentionConfig& layer, const RopeParams& rope,
                 const SelfAttentionOptions& options, const TensorParallel& tp = {});
+
+  // A layer that reads `source`'s cache reads it with `source`'s cache scales.
+  void use_cache_scales_of(const SelfAttention& source) {
+    params_.k_scale = source.params_.k_scale;
+    params_.v_scale = source.params_.v_scale;
+  }
 
   // x: [T, hidden] (normed). Returns [T, hidden]. Writes this layer's K/V to its cache.
   Tensor forward(const Tensor& x, const ForwardBatch& batch, int64_t layer_index) const;
