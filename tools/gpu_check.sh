@@ -9,7 +9,8 @@
 #      and TP / DCP ranks sharing the GPU against one rank (tests/engine/cuda_parallel_test.cc);
 #   3. the decode attention micro-benchmark beside PyTorch's SDPA, the decode GEMM shapes, and
 #      `pagoda bench` of Llama-3-8B- and Gemma-4-E4B-shaped models against their weight-streaming
-#      floors, greedy and (Llama) with sampling on the device.
+#      floors, greedy and (Llama) with sampling on the device, with FP8 projections, and with
+#      e4m3 KV pages against bf16 ones at batch 64 and 2k-token prompts.
 # Usage: bash tools/gpu_check.sh [BUILD_DIR]   (default build/release; built first when missing)
 # Logs go to $GPU_CHECK_OUT (default build/gpu-check).
 set -uo pipefail
@@ -46,6 +47,11 @@ for batch in 1 16; do
   step "bench_llama-3-8b_batch${batch}_fp8" "$build/src/pagoda" bench \
     --model bench/configs/llama-3-8b --load-format dummy --device cuda --max-model-len 4096 \
     --batch-size $batch --input-len 512 --output-len 128 --num-iters 2 --quantization fp8
+done
+for kv in auto fp8; do
+  step "bench_llama-3-8b_batch64_2k_kv_$kv" "$build/src/pagoda" bench \
+    --model bench/configs/llama-3-8b --load-format dummy --device cuda --max-model-len 4096 \
+    --batch-size 64 --input-len 2048 --output-len 128 --num-iters 2 --kv-cache-dtype $kv
 done
 step bench_llama-3-8b_batch64 "$build/src/pagoda" bench --model bench/configs/llama-3-8b \
   --load-format dummy --device cuda --max-model-len 4096 --batch-size 64 --input-len 512 \
