@@ -1,6 +1,6 @@
 // Inline PTX the paged attention kernel is built from: cp.async copies into shared memory,
-// ldmatrix, the m16n8k16 and m16n8k8 tensor-core products (bf16, or f16 for e4m3 pages), e4m3
-// conversions and the special-function-unit exp2 (sm_89+).
+// ldmatrix, e4m3 rows widened and narrowed, and the special-function-unit exp2; with the
+// tensor-core products of core/cuda/tensor_core.cuh (bf16, or f16 for e4m3 pages) (sm_89+).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -9,6 +9,8 @@
 
 #include <cstdint>
 #include <type_traits>
+
+#include "core/cuda/tensor_core.cuh"
 
 namespace pagoda::cuda::attention {
 
@@ -59,56 +61,6 @@ __device__ __forceinline__ void load_matrix_x4_trans(uint32_t (&r)[4], const voi
                : "r"(smem_address(p)));
 }
 
-// c += a · b for a 16x16 A (row-major), a 16x8 B (column-major), both of type M, f32 C.
-template <typename M>
-__device__ __forceinline__ void mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
-                                    uint32_t b1) {
-  if constexpr (std::is_same_v<M, bf16>) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-        "{%8, %9}, {%0, %1, %2, %3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  } else {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-        "{%8, %9}, {%0, %1, %2, %3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  }
-}
-
-// c += a · b for a 16x8 A (row-major, two registers), an 8x8 B (column-major), both of type M,
-// f32 C.
-template <typename M>
-__device__ __forceinline__ void mma_k8(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t b) {
-  if constexpr (std::is_same_v<M, bf16>) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k8.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5}, {%6}, "
-        "{%0, %1, %2, %3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a0), "r"(a1), "r"(b));
-  } else {
-    asm volatile(
-        "mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5}, {%6}, "
-        "{%0, %1, %2, %3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a0), "r"(a1), "r"(b));
-  }
-}
-
-// (lo, hi) rounded to M, lo in the low half.
-template <typename M>
-__device__ __forceinline__ uint32_t pack(float lo, float hi) {
-  if constexpr (std::is_same_v<M, bf16>) {
-    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-    return *reinterpret_cast<const uint32_t*>(&v);
-  } else {
-    const __half2 v = __floats2half2_rn(lo, hi);
-    return *reinterpret_cast<const uint32_t*>(&v);
-  }
-}
-
 // Eight bf16 (a 16-byte piece) as the math type M: as they are for bf16; for f16, clamped to its
 // range (a query beyond +-65504 would otherwise become infinite).
 template <typename M>
@@ -118,11 +70,8 @@ __device__ __forceinline__ uint4 to_math(uint4 x) {
   } else {
     uint32_t* w = reinterpret_cast<uint32_t*>(&x);
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&w[i]));
-      w[i] =
-          pack<f16>(fminf(fmaxf(f.x, -65504.0f), 65504.0f), fminf(fmaxf(f.y, -65504.0f), 65504.0f));
-    }
+    for (int i = 0; i < 4; ++i)
+      w[i] = bf16x2_to_f16x2(w[i]);
     return x;
   }
 }
@@ -133,11 +82,8 @@ __device__ __forceinline__ uint4 widen_e4m3(uint2 x) {
   uint32_t* o = reinterpret_cast<uint32_t*>(&out);
   const uint32_t in[2] = {x.x, x.y};
 #pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const auto pair = static_cast<__nv_fp8x2_storage_t>(in[i / 2] >> (16 * (i % 2)));
-    const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(pair, __NV_E4M3);
-    o[i] = static_cast<uint32_t>(h.x) | (static_cast<uint32_t>(h.y) << 16);
-  }
+  for (int i = 0; i < 4; ++i)
+    o[i] = e4m3x2_to_f16x2(in[i / 2] >> (16 * (i % 2)));
   return out;
 }
 

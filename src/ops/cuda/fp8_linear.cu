@@ -14,6 +14,7 @@
 
 #include "core/cuda/context.h"
 #include "core/cuda/launch.h"
+#include "core/cuda/tensor_core.cuh"
 #include "core/fast_divisor.h"
 #include "ops/cuda/gemv_common.cuh"
 #include "ops/cuda/ops.h"
@@ -162,28 +163,6 @@ constexpr int kMmaWarps = 8;
 constexpr int kMmaUnroll = 4;  // steps per warp in flight (8 measured slower: 1.3x at 8 rows)
 constexpr int kStepCols = 64;
 
-__device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint32_t pair) {
-  const __half2_raw h =
-      __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(pair), __NV_E4M3);
-  return static_cast<uint32_t>(h.x) | static_cast<uint32_t>(h.y) << 16;
-}
-
-__device__ __forceinline__ uint32_t bf16x2_to_f16x2(uint32_t pair) {
-  const float lo = fminf(fmaxf(__uint_as_float(pair << 16), -65504.0f), 65504.0f);
-  const float hi = fminf(fmaxf(__uint_as_float(pair & 0xffff0000u), -65504.0f), 65504.0f);
-  const __half2 h = __floats2half2_rn(lo, hi);
-  return *reinterpret_cast<const uint32_t*>(&h);
-}
-
-__device__ __forceinline__ void mma_f16(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2,
-                                        uint32_t a3, uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-      "{%8, %9}, {%0, %1, %2, %3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
 template <int kM, typename Out>
 __global__ void __launch_bounds__(kMmaWarps * 32) fp8_mma_gemv_kernel(Fp8Args args, Out* out) {
   const int warp = threadIdx.x / 32;
@@ -235,8 +214,9 @@ __global__ void __launch_bounds__(kMmaWarps * 32) fp8_mma_gemv_kernel(Fp8Args ar
       float c[4] = {};
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
-        mma_f16(c, e4m3x2_to_f16x2(w0[j] & 0xffffu), e4m3x2_to_f16x2(w1[j] & 0xffffu),
-                e4m3x2_to_f16x2(w0[j] >> 16), e4m3x2_to_f16x2(w1[j] >> 16), b[2 * j], b[2 * j + 1]);
+        const uint32_t fragment[4] = {e4m3x2_to_f16x2(w0[j]), e4m3x2_to_f16x2(w1[j]),
+                                      e4m3x2_to_f16x2(w0[j] >> 16), e4m3x2_to_f16x2(w1[j] >> 16)};
+        mma<__half>(c, fragment, b[2 * j], b[2 * j + 1]);
       }
       const float scale = __ldg(scale_row + args.block_steps.divide(step));
 #pragma unroll
