@@ -62,7 +62,7 @@ AttentionSupport cuda_support() {
   AttentionSupport support{.features = kAllAttentionFeatures,
                            .max_q_per_kv = cuda::kMaxQueriesPerKvHead,
                            .cache_dtypes = {DType::kBF16, DType::kF8E4M3},
-                           .row_bytes_multiple = 16};
+                           .row_bytes_multiple = cuda::kRowBytesMultiple};
   support.head_sizes.assign(cuda::kHeadSizes.begin(), cuda::kHeadSizes.end());
   return support;
 }

@@ -191,10 +191,11 @@ void paged_attention(const AttentionLayerParams& params, const Tensor& query, co
                    (cache_dtype == DType::kBF16 || cache_dtype == DType::kF8E4M3) &&
                    cache.value.dtype() == cache_dtype,
                "CUDA attention needs bf16 queries and output, and a bf16 or e4m3 cache");
-  PAGODA_CHECK(dk * dtype_size(cache_dtype) % 16 == 0 && dv * dtype_size(cache_dtype) % 16 == 0,
-               "CUDA attention copies K/V rows in 16-byte pieces: rows of {} / {} {} elements "
+  PAGODA_CHECK(dk * dtype_size(cache_dtype) % kRowBytesMultiple == 0 &&
+                   dv * dtype_size(cache_dtype) % kRowBytesMultiple == 0,
+               "CUDA attention copies K/V rows in {}-byte pieces: rows of {} / {} {} elements "
                "are not",
-               dk, dv, dtype_name(cache_dtype));
+               kRowBytesMultiple, dk, dv, dtype_name(cache_dtype));
   PAGODA_CHECK(query.dim() == 3 && query.size(1) == hq && query.size(2) == dk && aligned_16(query),
                "query {} must be [T, {}, {}] with 16-byte aligned rows", query.shape(), hq, dk);
   PAGODA_CHECK(output.is_contiguous() && output.size(1) == hq * dv, "output {}", output.shape());

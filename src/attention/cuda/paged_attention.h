@@ -21,6 +21,9 @@ class DeviceMetadata;
 // paged_attention() checks and the kernel dispatch covers (tests/attention checks each).
 inline constexpr std::array<std::pair<int64_t, int64_t>, 8> kHeadSizes = {
     {{16, 16}, {24, 16}, {32, 32}, {64, 64}, {128, 128}, {192, 128}, {256, 256}, {512, 512}}};
+// The kernels copy K/V rows in 16-byte pieces: each row's bytes are a multiple of this (what the
+// backend declares as AttentionSupport::row_bytes_multiple).
+inline constexpr int64_t kRowBytesMultiple = 16;
 // Query heads per KV head the kernels take.
 inline constexpr int64_t kMaxQueriesPerKvHead = 64;
 
