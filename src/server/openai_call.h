@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "server/engine_service.h"
+#include "engine/engine_service.h"
 #include "server/openai_request.h"
 #include "tokenizer/tokenizer.h"
 

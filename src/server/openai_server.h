@@ -12,7 +12,7 @@
 #include <string>
 #include <unordered_map>
 
-#include "server/engine_service.h"
+#include "engine/engine_service.h"
 #include "server/http.h"
 #include "server/openai_request.h"
 

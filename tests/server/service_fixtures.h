@@ -8,7 +8,7 @@
 
 #include "core/error.h"
 #include "model/fixtures.h"
-#include "server/engine_service.h"
+#include "engine/engine_service.h"
 
 namespace pagoda::testing {
 

@@ -1,4 +1,4 @@
-#include "server/engine_service.h"
+#include "engine/engine_service.h"
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>

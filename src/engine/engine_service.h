@@ -1,6 +1,6 @@
-// The engine on its own thread. HTTP handler threads submit requests and read each request's
-// deltas from its own thread-safe queue; new requests and aborts take effect between steps. The
-// thread sleeps while there is nothing to run.
+// The engine on its own thread. Callers on other threads (HTTP handlers, the library facade)
+// submit requests and read each request's deltas from its own thread-safe queue; new requests and
+// aborts take effect between steps. The thread sleeps while there is nothing to run.
 #pragma once
 
 #include <chrono>
@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "engine/engine.h"
-#include "server/metrics.h"
+#include "engine/metrics.h"
 
 namespace pagoda {
 
