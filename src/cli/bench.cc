@@ -24,7 +24,6 @@ using Clock = std::chrono::steady_clock;
 constexpr int64_t kMaxBatchSize = int64_t{1} << 20;
 
 struct BenchOptions {
-  ModelFlags paths;
   int64_t batch_size = 0;
   int64_t input_len = 0;
   int64_t output_len = 0;
@@ -33,7 +32,7 @@ struct BenchOptions {
   double floor_bandwidth_gbps = 4300.0;  // H200 device-to-device copy rate (bench/attention_bench)
   bool json = false;
   SamplingParams sampling{.temperature = 0.0, .ignore_eos = true};  // greedy by default
-  EngineFlags engine;
+  EngineOptions engine;
 };
 
 // One iteration's steps. A step is decode when every unfinished request had its prompt computed
@@ -104,8 +103,8 @@ void check_positive(const char* flag, int64_t value) {
 // Checks the shape flags against the model and fits the scheduler limits to the batch: it must
 // run as one batch, so --max-num-seqs and --max-num-batched-tokens are raised to B when not
 // given and refused below it when given.
-EngineFlags fit_engine_flags(const BenchOptions& options, const ModelConfig& config,
-                             const CLI::App& command) {
+EngineOptions fit_engine_flags(const BenchOptions& options, const ModelConfig& config,
+                               const CLI::App& command) {
   check_positive("--batch-size", options.batch_size);
   if (options.batch_size > kMaxBatchSize) {
     fail("--batch-size {}: must be at most {}", options.batch_size, kMaxBatchSize);
@@ -120,7 +119,7 @@ EngineFlags fit_engine_flags(const BenchOptions& options, const ModelConfig& con
   SamplingParams sampling = options.sampling;
   sampling.max_tokens = options.output_len;
   sampling.validate(config.vocab_size);
-  EngineFlags engine = options.engine;
+  EngineOptions engine = options.engine;
   const int64_t longest = options.input_len + options.output_len;
   const int64_t max_model_len = engine.cache.max_model_len.value_or(config.max_position_embeddings);
   if (longest > max_model_len) {
@@ -144,7 +143,7 @@ EngineFlags fit_engine_flags(const BenchOptions& options, const ModelConfig& con
 
 // The dtype weights have as loaded: bf16 on a GPU; else --weight-dtype for dummy weights, else
 // the config's.
-DType loaded_weight_dtype(const EngineFlags& engine, const ModelConfig& config) {
+DType loaded_weight_dtype(const EngineOptions& engine, const ModelConfig& config) {
   if (!engine_device(engine).is_cpu()) return DType::kBF16;
   if (parse_load_format(engine.load_format) == LoadFormat::kDummy && engine.weight_dtype != "auto")
     return parse_dtype(engine.weight_dtype);
@@ -157,7 +156,7 @@ nlohmann::json or_null(bool present, double value) {
 
 // Sums the timed iterations into the reported metrics (times in ms).
 nlohmann::json summarize(const std::vector<IterationTimes>& iterations, const BenchOptions& options,
-                         const ModelConfig& config, const EngineFlags& engine) {
+                         const ModelConfig& config, const EngineOptions& engine) {
   const double n = static_cast<double>(iterations.size());
   std::vector<double> decode_ms;
   double prefill_s = 0.0, end_to_end_s = 0.0;
@@ -310,9 +309,9 @@ void print_table(const nlohmann::json& r) {
 }
 
 void run_bench(const BenchOptions& options, const CLI::App& command) {
-  const std::string model_dir = options.paths.model();
+  const std::string model_dir = options.engine.paths.model();
   const ModelConfig config = load_model_config(model_dir);
-  const EngineFlags engine_flags = fit_engine_flags(options, config, command);
+  const EngineOptions engine_flags = fit_engine_flags(options, config, command);
   const EngineModels models = engine_models(model_dir, engine_flags);
   // Plan before loading weights, so bad flags fail fast. Without a budget, the pool holds exactly
   // the batch.
@@ -355,7 +354,7 @@ void add_bench_command(CLI::App& app) {
   auto options = std::make_shared<BenchOptions>();
   CLI::App* command =
       app.add_subcommand("bench", "Latency and throughput of one batch through the engine");
-  command->add_option("--model", options->paths.model_dir,
+  command->add_option("--model", options->engine.paths.model_dir,
                       "Model directory (default: the embedded models/kjv-gemma4)");
   command->add_option("--batch-size", options->batch_size, "Requests in the batch (B)")->required();
   command->add_option("--input-len", options->input_len, "Random prompt tokens per request (I)")

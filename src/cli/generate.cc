@@ -19,7 +19,6 @@ namespace pagoda {
 namespace {
 
 struct GenerateOptions {
-  ModelFlags paths;
   std::vector<std::string> prompts;     // text
   std::vector<std::string> prompt_ids;  // each "1,2,3"
   std::string prompts_file;   // JSONL: [ids], or {"prompt_token_ids"|"prompt"|"messages", ...}
@@ -29,7 +28,7 @@ struct GenerateOptions {
   std::optional<uint64_t> request_seed;
   bool json = false;
   bool stats = false;
-  EngineFlags engine;
+  EngineOptions engine;
 };
 
 nlohmann::json logprob_list(const std::vector<TokenLogprob>& top) {
@@ -76,7 +75,7 @@ nlohmann::json result_json(const Request& result, const Tokenizer* tokenizer) {
 }
 
 void run_generate(const GenerateOptions& options) {
-  const std::string model_dir = options.paths.model();
+  const std::string model_dir = options.engine.paths.model();
   SamplingParams defaults = options.sampling;
   defaults.seed = options.request_seed;
   std::vector<PromptSpec> prompts;
@@ -101,10 +100,10 @@ void run_generate(const GenerateOptions& options) {
   if (prompts.empty()) fail("no prompts: give a prompt, --prompt-ids or --prompts-file");
 
   // The tokenizer, when there is one: text and chat prompts need it, and outputs are decoded.
-  const std::string tokenizer_dir = options.paths.tokenizer();
+  const std::string tokenizer_dir = options.engine.paths.tokenizer();
   std::unique_ptr<Tokenizer> tokenizer;
   if (std::filesystem::exists(tokenizer_dir + "/tokenizer.json")) {
-    tokenizer = std::make_unique<Tokenizer>(options.paths.load_tokenizer());
+    tokenizer = std::make_unique<Tokenizer>(options.engine.paths.load_tokenizer());
   }
   std::unique_ptr<ChatTemplate> chat;
   const bool wants_chat = std::any_of(prompts.begin(), prompts.end(),
@@ -184,8 +183,8 @@ void run_generate(const GenerateOptions& options) {
 void add_generate_command(CLI::App& app) {
   auto options = std::make_shared<GenerateOptions>();
   CLI::App* command = app.add_subcommand("generate", "Generate tokens from prompts");
-  add_model_flags(*command, options->paths);
-  add_chat_template_flag(*command, options->paths);
+  add_model_flags(*command, options->engine.paths);
+  add_chat_template_flag(*command, options->engine.paths);
   command->add_option("prompt,--prompt", options->prompts,
                       "A prompt as text (needs tokenizer.json); repeat for a batch");
   command->add_option("--prompt-ids", options->prompt_ids,

@@ -136,7 +136,7 @@ InspectReport build_inspect_report(const InspectOptions& options) {
     report.drafter = load_model_config(options.draft_model_dir);
   }
   // Planned for the device the backend runs on: the CPU unless --attention-backend names another.
-  CacheConfig cache = parse_cache_flags(options.cache);
+  CacheConfig cache = parse_cache_options(options.cache);
   cache.max_num_batched_tokens = options.max_num_batched_tokens;
   const Device device{cache.backend ? cache.backend->device_type() : DeviceType::kCpu};
   cache = resolve_cache_config(cache, report.target, device);

@@ -18,7 +18,7 @@ struct InspectOptions {
   std::string model_dir;
   std::string draft_model_dir;     // --draft-model, the short form; empty: no drafter
   std::string speculative_config;  // --speculative-config JSON; empty: none
-  CacheFlags cache;
+  CacheOptions cache;
   int64_t max_num_batched_tokens = kDefaultMaxNumBatchedTokens;
   int64_t tensor_parallel_size = 1;
   int64_t decode_context_parallel_size = 1;

@@ -83,15 +83,6 @@ std::vector<PromptSpec> read_prompts_file(const std::string& path, const Samplin
   return requests;
 }
 
-std::string model_dir_or_default(const std::string& model_dir) {
-  if (!model_dir.empty()) return model_dir;
-  const std::string fallback = PAGODA_DEFAULT_MODEL;
-  if (!std::filesystem::exists(fallback + "/config.json")) {
-    fail("no --model given, and the default model is not at '{}'", fallback);
-  }
-  return fallback;
-}
-
 nlohmann::ordered_json read_messages_file(const std::string& path) {
   return parse_json_text<nlohmann::ordered_json>(read_text_file(path), path);
 }

@@ -20,10 +20,6 @@ struct PromptSpec {
   SamplingParams params;
 };
 
-// `model_dir`, or when empty the embedded default model (models/kjv-gemma4 of the source tree);
-// Error when that is missing.
-std::string model_dir_or_default(const std::string& model_dir);
-
 // "1,2,3" → ids; Error naming the item that is not a token id.
 std::vector<int32_t> parse_id_list(const std::string& text);
 // A JSONL prompts file. Each line: a list of token ids, or an object with one of

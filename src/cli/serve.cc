@@ -21,13 +21,12 @@ namespace pagoda {
 namespace {
 
 struct ServeOptions {
-  ModelFlags paths;
   std::string served_model_name;
   int64_t max_choices = RequestLimits{}.max_choices;
   double shutdown_grace_s = 30;
   std::string log_level = "info";
   ServerOptions server;
-  EngineFlags engine;
+  EngineOptions engine;
 };
 
 bool is_loopback(const std::string& host) {
@@ -61,8 +60,8 @@ void run_serve(const ServeOptions& options) {
                "the model (set --api-key or PAGODA_API_KEY)\n",
                options.server.host);
   }
-  const std::string model_dir = options.paths.model();
-  const Tokenizer tokenizer = options.paths.load_tokenizer();
+  const std::string model_dir = options.engine.paths.model();
+  const Tokenizer tokenizer = options.engine.paths.load_tokenizer();
   std::unique_ptr<ChatTemplate> chat;
   if (!tokenizer.chat_template().empty()) chat = std::make_unique<ChatTemplate>(tokenizer);
 
@@ -129,8 +128,8 @@ void run_serve(const ServeOptions& options) {
 void add_serve_command(CLI::App& app) {
   auto options = std::make_shared<ServeOptions>();
   CLI::App* command = app.add_subcommand("serve", "Serve the OpenAI API over HTTP");
-  add_model_flags(*command, options->paths);
-  add_chat_template_flag(*command, options->paths);
+  add_model_flags(*command, options->engine.paths);
+  add_chat_template_flag(*command, options->engine.paths);
   command->add_option("--host", options->server.host, "Address to listen on")
       ->capture_default_str();
   command->add_option("--port", options->server.port, "Port (0: any free port)")

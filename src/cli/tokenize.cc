@@ -14,7 +14,7 @@ namespace pagoda {
 namespace {
 
 struct TokenizeOptions {
-  ModelFlags paths;
+  ModelPaths paths;
   std::string text;
   std::string ids;  // "1,2,3": decode instead
   bool chat = false;
