@@ -6,7 +6,7 @@
 #include <random>
 
 #include "core/error.h"
-#include "server/text_stream.h"
+#include "tokenizer/text_stream.h"
 
 namespace pagoda {
 namespace {

@@ -1,4 +1,4 @@
-#include "server/text_stream.h"
+#include "tokenizer/text_stream.h"
 
 #include <gtest/gtest.h>
 
