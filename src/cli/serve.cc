@@ -15,6 +15,7 @@
 #include "cli/engine_flags.h"
 #include "cli/prompts.h"
 #include "core/error.h"
+#include "engine/llm.h"
 #include "server/openai_server.h"
 
 namespace pagoda {
@@ -60,30 +61,18 @@ void run_serve(const ServeOptions& options) {
                "the model (set --api-key or PAGODA_API_KEY)\n",
                options.server.host);
   }
-  const std::string model_dir = options.engine.paths.model();
-  const Tokenizer tokenizer = options.engine.paths.load_tokenizer();
-  std::unique_ptr<ChatTemplate> chat;
-  if (!tokenizer.chat_template().empty()) chat = std::make_unique<ChatTemplate>(tokenizer);
-
-  const EngineModels models = engine_models(model_dir, options.engine);
-  const ModelConfig& config = models.target;
-  const Device device = engine_device(options.engine);
-  CacheConfig cache_config = engine_cache_config(options.engine, models.planned);
-  // A server needs room for many sequences. Without a budget: on the CPU, 512 MiB; on a GPU, what
-  // --gpu-memory-utilization leaves once the model is loaded.
-  const bool budgeted = cache_config.memory_bytes || cache_config.num_blocks;
-  if (device.is_cpu() && !budgeted) cache_config.memory_bytes = int64_t{512} << 20;
-  // Bad flags fail before loading.
-  KvCachePlan plan = plan_cache(models.planned, models.drafter(), cache_config);
-  RankModels ranks = load_model(models, options.engine);
-  if (!device.is_cpu() && !budgeted) {
-    cache_config.memory_bytes = gpu_kv_cache_budget(device, options.engine.gpu_memory_utilization);
-    plan = plan_cache(models.planned, models.drafter(), cache_config);
+  // Serving needs text: a missing or bad tokenizer fails before the weights load.
+  const std::string tokenizer_dir = options.engine.paths.tokenizer();
+  if (!std::filesystem::exists(tokenizer_dir + "/tokenizer.json")) {
+    fail("serve needs a tokenizer, and '{}' has no tokenizer.json (give --tokenizer)",
+         tokenizer_dir);
   }
-  ranks.allocate_caches(plan);
-  EngineService engine(ranks.model(), plan, ranks.cache(),
-                       ranks.with_ranks(engine_config(config, plan, options.engine)),
-                       ranks.drafter());
+  const std::unique_ptr<Llm> llm = Llm::load(options.engine);
+  const std::string& model_dir = llm->model_dir();
+  const KvCachePlan& plan = llm->plan();
+  EngineService& engine = llm->service();
+  const Tokenizer& tokenizer = *llm->tokenizer();
+  const ChatTemplate* chat = llm->chat_template();
 
   RequestLimits limits{
       .served_model_name = options.served_model_name.empty()
@@ -91,7 +80,7 @@ void run_serve(const ServeOptions& options) {
                                : options.served_model_name,
       .max_model_len = plan.max_model_len,
       .max_choices = options.max_choices};
-  OpenAiServer server(engine, tokenizer, chat.get(), limits, options.server);
+  OpenAiServer server(engine, tokenizer, chat, limits, options.server);
 
   // From here SIGINT and SIGTERM shut the server down gracefully (while the model loads they still
   // end the process at once); a zero byte (run() returned by itself) only ends the waiter.

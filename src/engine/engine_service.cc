@@ -207,6 +207,11 @@ bool EngineService::healthy() const {
   return !last_failure_ || RequestHandle::Clock::now() - *last_failure_ > kFailingFor;
 }
 
+EngineService::Snapshot EngineService::snapshot() const {
+  const std::lock_guard lock(mutex_);
+  return {.running = running_, .waiting = waiting_, .kv_cache_usage = kv_usage_, .totals = stats_};
+}
+
 std::string EngineService::metrics_text() const {
   std::lock_guard<std::mutex> lock(mutex_);
   std::string out;

@@ -67,6 +67,14 @@ class EngineService {
   void abort(const std::shared_ptr<RequestHandle>& handle);
   // Gauges, counters and latency histograms in Prometheus text format.
   std::string metrics_text() const;
+  // The same gauges and counters as of the last step.
+  struct Snapshot {
+    int64_t running = 0;
+    int64_t waiting = 0;
+    double kv_cache_usage = 0;  // share of the KV blocks in use
+    GenerationStats totals;
+  };
+  Snapshot snapshot() const;
   // False while the engine is failing: after a step that failed, until one succeeds or a few
   // seconds pass without another.
   bool healthy() const;

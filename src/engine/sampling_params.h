@@ -29,6 +29,9 @@ struct SamplingParams {
                                     // in the prompt or the output
   int64_t logprobs = 0;             // top alternatives reported per generated token
   std::optional<int64_t> prompt_logprobs;
+  // Strings that end the output text, which then stops just before the first of them. Text is made
+  // where tokens are detokenized (the OpenAI server, the library facade), not by the engine.
+  std::vector<std::string> stop;
 
   bool greedy() const { return temperature == 0.0; }
   // Whether a token's logits change with the tokens before it (repetition, frequency or presence).
