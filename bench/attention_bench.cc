@@ -1,18 +1,28 @@
-// Decode attention micro-benchmark: bf16 queries, 32 query / 8 KV heads, head size 128, one query
-// token per sequence, pages of 16 tokens, NHD. For each batch size and context length it times the
-// CUDA kernel over the cache (no K/V write), captured in a CUDA graph as decode steps run it, and
-// reports the bytes of K and V it must read over the time, against the device-to-device copy
-// bandwidth measured in the same run. Pages are bf16, plain or padded by a quarter page with a
+// Attention micro-benchmark: bf16 queries, 32 query / 8 KV heads, pages of 16 tokens, NHD.
+//
+// Decode (head size 128, one query token per sequence): for each batch size and context length it
+// times the CUDA kernel over the cache (no K/V write), captured in a CUDA graph as decode steps run
+// it, and reports the bytes of K and V it must read over the time, against the device-to-device
+// copy bandwidth measured in the same run. Pages are bf16, plain or padded by a quarter page with a
 // runtime block stride; a second table reads e4m3 pages (--kv-cache-dtype fp8) against bf16 ones.
 // Inputs rotate over several disjoint block sets so the L2 cache does not serve repeated runs.
+//
+// Prefill (head sizes 128 and 256): causal prompts of 512 to 32k tokens, about 32k tokens a batch,
+// whose K/V are already in the pages, in TFLOP/s.
+//
+// Built with PAGODA_FLASHINFER_DIR, FlashInfer's kernels are timed beside pagoda's on the same
+// pages and block sets (bench/flashinfer_peer.h), after a check that both compute the same.
 #include <cuda_runtime.h>
 #include <fmt/core.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
+#include <memory>
 #include <numeric>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "attention/backend.h"
@@ -20,6 +30,9 @@
 #include "attention/cuda/paged_attention.h"
 #include "bench/cuda_timing.h"
 #include "core/cuda/context.h"
+#if PAGODA_WITH_FLASHINFER
+#include "bench/flashinfer_peer.h"
+#endif
 
 namespace pagoda {
 namespace {
@@ -29,14 +42,105 @@ constexpr int64_t kKvHeads = 8;
 constexpr int64_t kHead = 128;
 constexpr int64_t kBlock = 16;
 constexpr int64_t kPoolBytes = int64_t{40} << 30;
+// Prefill batches of about 32k tokens: (prompts, tokens a prompt).
+constexpr std::array<std::pair<int64_t, int64_t>, 4> kPrefillBatches = {
+    {{64, 512}, {16, 2048}, {4, 8192}, {1, 32768}}};
+// The largest relative L2 distance between a peer's output rows and pagoda's that lets the peer
+// be timed: two kernels' bf16 roundings stay far below it, a peer reading other pages or masking
+// otherwise does not.
+constexpr double kMaxPeerDistance = 2e-2;
+
+// Which other library's kernels a case also times.
+enum class Peer { kNone, kFlashInfer };
 
 struct Result {
   double us = 0;
   double bandwidth = 0;
+  double peer_us = 0;  // 0 where no peer was timed
+  double peer_bandwidth = 0;
+  double peer_distance = 0;  // the largest relative L2 distance of its output rows from pagoda's
 };
 
+// Fills contiguous `t` (bf16 or e4m3) with values drawn uniformly from (-1, 1): no zeros, no NaN.
+// One chunk of 2^20 draws repeats across it, which keeps filling 40 GiB quick.
+void fill_random(const Tensor& t, uint32_t seed) {
+  const Tensor elements = t.view({t.numel()});
+  std::mt19937 rng(seed);
+  const Tensor chunk =
+      Tensor::empty({std::min<int64_t>(elements.numel(), int64_t{1} << 20)}, t.dtype());
+  for (int64_t i = 0; i < chunk.numel(); ++i) {
+    const float value = std::uniform_real_distribution<float>(-1, 1)(rng);
+    if (t.dtype() == DType::kBF16) {
+      chunk.data<uint16_t>()[i] = f32_to_bf16(value);
+    } else {
+      chunk.data<uint8_t>()[i] = f32_to_e4m3(value);
+    }
+  }
+  for (int64_t off = 0; off < elements.numel(); off += chunk.numel()) {
+    const int64_t n = std::min(chunk.numel(), elements.numel() - off);
+    elements.narrow(0, off, n).copy_from(chunk.narrow(0, 0, n));
+  }
+}
+
+#if PAGODA_WITH_FLASHINFER
+// FlashInfer's view of a pagoda cache and plan: the same pages, block tables and tensors.
+bench::FlashInferBatch flashinfer_batch(const AttentionLayerParams& params,
+                                        const KvCacheView& cache, const cuda::DeviceMetadata& plan,
+                                        std::vector<int64_t> seq_lens, const Tensor& query,
+                                        const Tensor& output) {
+  // A page holds K of all its tokens, then V: the layout FlashInferBatch describes.
+  const int64_t k_bytes = kBlock * params.num_kv_heads * params.head_size_k * 2;
+  PAGODA_CHECK(
+      cache.key.dtype() == DType::kBF16 && cache.value.raw_data() == cache.key.raw_data() + k_bytes,
+      "FlashInfer reads bf16 NHD pages, V after K");
+  return {.pool = cache.key.raw_data(),
+          .page_elements = cache.block_stride,
+          .block_size = kBlock,
+          .num_q_heads = params.num_q_heads,
+          .num_kv_heads = params.num_kv_heads,
+          .head_size = params.head_size_k,
+          .scale = params.scale,
+          .block_table = plan.block_table(),
+          .block_table_stride = plan.block_table_stride(),
+          .seq_lens = std::move(seq_lens),
+          .query = query,
+          .output = output};
+}
+
+// The largest relative L2 distance of FlashInfer's output rows (one per token and head) from
+// pagoda's. Throws Error past kMaxPeerDistance: timing a peer that computes something else would
+// mislead.
+double checked_distance(const Tensor& peer, const Tensor& reference, int64_t head,
+                        const std::string& what) {
+  const Tensor a = peer.to(Device::cpu());
+  const Tensor b = reference.to(Device::cpu());
+  const uint16_t* a_bits = a.data<uint16_t>();
+  const uint16_t* b_bits = b.data<uint16_t>();
+  double worst = 0;
+  for (int64_t row = 0; row < a.numel() / head; ++row) {
+    double diff = 0;
+    double norm = 0;
+    for (int64_t i = row * head; i < (row + 1) * head; ++i) {
+      const double x = bf16_to_f32(a_bits[i]);
+      const double y = bf16_to_f32(b_bits[i]);
+      diff += (x - y) * (x - y);
+      norm += y * y;
+    }
+    const double distance = std::sqrt(diff / std::max(norm, 1e-30));
+    if (!(distance <= kMaxPeerDistance)) {
+      fail(
+          "FlashInfer's output for {} differs from pagoda's by {:.3g} (relative L2, row {}); "
+          "the limit is {}",
+          what, distance, row, kMaxPeerDistance);
+    }
+    worst = std::max(worst, distance);
+  }
+  return worst;
+}
+#endif
+
 Result run_case(const Tensor& pool, DType dtype, PageOrder order, int64_t page_padding,
-                int64_t batch, int64_t context, std::mt19937& rng) {
+                int64_t batch, int64_t context, Peer peer, std::mt19937& rng) {
   const KvPageShape page{.block_size = kBlock,
                          .num_kv_heads = kKvHeads,
                          .head_size_k = kHead,
@@ -76,7 +180,7 @@ Result run_case(const Tensor& pool, DType dtype, PageOrder order, int64_t page_p
     plans.push_back(std::move(plan));
   }
   const Tensor query = Tensor::empty({batch, kQHeads, kHead}, DType::kBF16, Device::cuda(0));
-  query.fill(0.01);
+  fill_random(query, 3);
   const Tensor output = Tensor::empty({batch, kQHeads * kHead}, DType::kBF16, Device::cuda(0));
   const AttentionLayerParams params{.num_q_heads = kQHeads,
                                     .num_kv_heads = kKvHeads,
@@ -90,71 +194,229 @@ Result run_case(const Tensor& pool, DType dtype, PageOrder order, int64_t page_p
   const double bytes = double(batch) * context * kKvHeads * kHead * 2 * dtype_size(dtype);
   result.us = ms * 1e3;
   result.bandwidth = bytes / (ms * 1e-3);
+#if PAGODA_WITH_FLASHINFER
+  if (peer == Peer::kFlashInfer) {
+    // One FlashInfer plan per block set, as pagoda has, each checked against pagoda's output.
+    const Tensor peer_output = Tensor::empty(output.shape(), DType::kBF16, Device::cuda(0));
+    std::vector<std::unique_ptr<bench::FlashInferDecode>> peers;
+    for (int64_t s = 0; s < sets; ++s) {
+      peers.push_back(std::make_unique<bench::FlashInferDecode>(flashinfer_batch(
+          params, cache, *plans[s], std::vector<int64_t>(batch, context), query, peer_output)));
+      cuda::paged_attention(params, query, Tensor(), Tensor(), cache, *plans[s], output);
+      peers[s]->run();
+      result.peer_distance = std::max(
+          result.peer_distance, checked_distance(peer_output, output, kHead,
+                                                 fmt::format("batch {} x {}", batch, context)));
+    }
+    const double peer_ms = bench::graph_median_ms(7, 20, [&](int i) { peers[i % sets]->run(); });
+    result.peer_us = peer_ms * 1e3;
+    result.peer_bandwidth = bytes / (peer_ms * 1e-3);
+  }
+#endif
   return result;
 }
 
-// With no arguments: the whole table. With BATCH CONTEXT [hnd]: that one case (for a profiler).
+struct PrefillResult {
+  std::string refusal;  // why pagoda refused the shape; empty where it ran
+  double us = 0;
+  double flops = 0;    // per second
+  double peer_us = 0;  // 0 where no peer was timed
+  double peer_flops = 0;
+  double peer_distance = 0;
+};
+
+// Causal prefill of `batch` prompts of `prompt` tokens whose K/V are already in the pages (slot
+// -1: the kernel over the cache, as a layer that shares another's KV runs it). One block set: a
+// batch's K/V, 128 MiB or more, is far larger than the L2 cache.
+PrefillResult run_prefill(const Tensor& pool, int64_t head, int64_t batch, int64_t prompt,
+                          Peer peer, std::mt19937& rng) {
+  const KvPageShape page{.block_size = kBlock,
+                         .num_kv_heads = kKvHeads,
+                         .head_size_k = head,
+                         .head_size_v = head,
+                         .dtype = DType::kBF16};
+  const PagedAttentionBackend backend("cuda", PageOrder::kNhd, {});
+  const int64_t num_blocks = pool.numel() / page.page_bytes();
+  const KvCacheView cache =
+      reshape_kv_cache(pool.narrow(0, 0, num_blocks * page.page_bytes()), backend, page, num_blocks,
+                       PagePlacement{.offset_bytes = 0, .block_stride_bytes = page.page_bytes()});
+  const int64_t blocks_per_seq = (prompt + kBlock - 1) / kBlock;
+  const int64_t tokens = batch * prompt;
+  std::vector<int32_t> blocks(num_blocks);
+  std::iota(blocks.begin(), blocks.end(), 0);
+  std::shuffle(blocks.begin(), blocks.end(), rng);
+  blocks.resize(batch * blocks_per_seq);
+
+  AttentionMetadata meta;
+  meta.num_actual_tokens = tokens;
+  meta.block_table = blocks;
+  meta.block_table_stride = blocks_per_seq;
+  meta.query_start.push_back(0);
+  for (int64_t b = 0; b < batch; ++b) {
+    meta.query_start.push_back((b + 1) * prompt);
+    meta.seq_lens.push_back(prompt);
+    meta.block_table_rows.push_back(static_cast<int32_t>(b));
+  }
+  meta.slot_mapping.assign(tokens, -1);
+  cuda::DeviceMetadata plan(batch, tokens, blocks_per_seq, kBlock);
+  plan.update(meta);
+  const Tensor query = Tensor::empty({tokens, kQHeads, head}, DType::kBF16, Device::cuda(0));
+  fill_random(query, 3);
+  const Tensor output = Tensor::empty({tokens, kQHeads * head}, DType::kBF16, Device::cuda(0));
+  const AttentionLayerParams params{.num_q_heads = kQHeads,
+                                    .num_kv_heads = kKvHeads,
+                                    .head_size_k = head,
+                                    .head_size_v = head,
+                                    .scale = 1.0f / std::sqrt(float(head))};
+  const auto attend = [&] {
+    cuda::paged_attention(params, query, Tensor(), Tensor(), cache, plan, output);
+  };
+  // Query i of a prompt sees keys 0..i: L (L + 1) / 2 pairs, each 2 * head FLOP for q·k and as
+  // many for p·v, in every query head.
+  const double flops = 4.0 * batch * (prompt * (prompt + 1) / 2) * kQHeads * head;
+
+  PrefillResult result;
+  // Once, eagerly: the output the peer is checked against. paged_attention's argument checks
+  // refuse a shape it has no kernel for before launching anything.
+  try {
+    attend();
+  } catch (const InternalError& error) {
+    result.refusal = error.what();
+  }
+#if PAGODA_WITH_FLASHINFER
+  if (peer == Peer::kFlashInfer) {
+    const Tensor peer_output = Tensor::empty(output.shape(), DType::kBF16, Device::cuda(0));
+    bench::FlashInferPrefill flashinfer(
+        flashinfer_batch(params, cache, plan, meta.seq_lens, query, peer_output));
+    flashinfer.run();
+    if (result.refusal.empty()) {
+      result.peer_distance = checked_distance(peer_output, output, head,
+                                              fmt::format("{} x {} head {}", batch, prompt, head));
+    }
+    const double ms = bench::graph_median_ms(5, 4, [&](int) { flashinfer.run(); });
+    result.peer_us = ms * 1e3;
+    result.peer_flops = flops / (ms * 1e-3);
+  }
+#endif
+  if (result.refusal.empty()) {
+    const double ms = bench::graph_median_ms(5, 4, [&](int) { attend(); });
+    result.us = ms * 1e3;
+    result.flops = flops / (ms * 1e-3);
+  }
+  return result;
+}
+
+#if PAGODA_WITH_FLASHINFER
+constexpr Peer kPeer = Peer::kFlashInfer;
+#else
+constexpr Peer kPeer = Peer::kNone;
+#endif
+
+// The decode table's FlashInfer cells of a row: time, share of copy bandwidth, pagoda's time over
+// FlashInfer's and how far apart their outputs are; none without FlashInfer.
+std::string decode_peer_cells(const Result& r, double copy) {
+  if (r.peer_us == 0) return "";
+  return fmt::format(" {:.1f} | {:.1f}% | {:.2f} | {:.1e} |", r.peer_us,
+                     100 * r.peer_bandwidth / copy, r.us / r.peer_us, r.peer_distance);
+}
+
+void print_prefill_table(const Tensor& pool, std::mt19937& rng) {
+  fmt::print("\ncausal prefill over cached K/V, about 32k tokens a batch:\n\n");
+  std::string peer_header, peer_rule;
+  if (kPeer == Peer::kFlashInfer) {
+    fmt::print(
+        "FlashInfer: its FA2 paged prefill kernel (BatchPrefillWithPagedKVCache), causal, on "
+        "the same pages; max rel. diff as above.\n\n");
+    peer_header = " FlashInfer µs | TFLOP/s | pagoda ÷ FlashInfer time | max rel. diff |";
+    peer_rule = "---:|---:|---:|---:|";
+  }
+  fmt::print("| head | prompts | µs | TFLOP/s |{}\n", peer_header);
+  fmt::print("|---:|---:|---:|---:|{}\n", peer_rule);
+  std::vector<std::string> refusals;
+  for (int64_t head : {128, 256}) {
+    for (const auto& [batch, prompt] : kPrefillBatches) {
+      const PrefillResult r = run_prefill(pool, head, batch, prompt, kPeer, rng);
+      std::string cells = r.refusal.empty()
+                              ? fmt::format(" {:.0f} | {:.0f} |", r.us, r.flops / 1e12)
+                              : fmt::format(" — ({}) | — |", refusals.size() + 1);
+      if (!r.refusal.empty()) refusals.push_back(r.refusal);
+      if (r.peer_us > 0) {
+        cells += fmt::format(" {:.0f} | {:.0f} | ", r.peer_us, r.peer_flops / 1e12);
+        cells += r.refusal.empty()
+                     ? fmt::format("{:.2f} | {:.1e} |", r.us / r.peer_us, r.peer_distance)
+                     : "— | — |";
+      }
+      fmt::print("| {} | {} × {} |{}\n", head, batch, prompt, cells);
+    }
+  }
+  for (size_t i = 0; i < refusals.size(); ++i)
+    fmt::print("\n({}) pagoda refused the shape: {}\n", i + 1, refusals[i]);
+}
+
+// With no arguments: the tables. With BATCH CONTEXT [hnd] [fp8]: that one decode case, pagoda
+// alone (for a profiler).
 void run(int argc, char** argv) {
   const double copy = bench::copy_bandwidth();
   fmt::print("device-to-device copy: {:.0f} GB/s (read + write)\n\n", copy / 1e9);
   const Tensor pool = Tensor::empty({kPoolBytes}, DType::kU8, Device::cuda(0));
-  // The pool filled with small random values of `dtype`: no zeros, no NaN.
-  const auto fill = [&](DType dtype) {
-    const Tensor elements = pool.reinterpret(dtype);
-    std::mt19937 rng(7);
-    Tensor chunk = Tensor::empty({int64_t{1} << 20}, dtype);
-    for (int64_t i = 0; i < chunk.numel(); ++i) {
-      const float value = std::uniform_real_distribution<float>(-1, 1)(rng);
-      if (dtype == DType::kBF16) {
-        chunk.data<uint16_t>()[i] = f32_to_bf16(value);
-      } else {
-        chunk.data<uint8_t>()[i] = f32_to_e4m3(value);
-      }
-    }
-    for (int64_t off = 0; off + chunk.numel() <= elements.numel(); off += chunk.numel())
-      elements.narrow(0, off, chunk.numel()).copy_from(chunk);
-  };
-  fill(DType::kBF16);
+  fill_random(pool.reinterpret(DType::kBF16), 7);
   const int64_t page_bytes = kBlock * kKvHeads * kHead * 2 * 2;
   std::mt19937 rng(1);
   if (argc >= 3) {
     const PageOrder order =
         argc >= 4 && std::string(argv[3]) == "hnd" ? PageOrder::kHnd : PageOrder::kNhd;
     const DType dtype = argc >= 5 && std::string(argv[4]) == "fp8" ? DType::kF8E4M3 : DType::kBF16;
-    if (dtype != DType::kBF16) fill(dtype);
-    const Result r = run_case(pool, dtype, order, 0, std::stoll(argv[1]), std::stoll(argv[2]), rng);
+    if (dtype != DType::kBF16) fill_random(pool.reinterpret(dtype), 7);
+    const Result r =
+        run_case(pool, dtype, order, 0, std::stoll(argv[1]), std::stoll(argv[2]), Peer::kNone, rng);
     fmt::print("{} x {} {}: {:.1f} µs, {:.1f}% of copy\n", argv[1], argv[2], page_order_name(order),
                r.us, 100 * r.bandwidth / copy);
     return;
   }
+  std::string peer_header, peer_rule;
+  if (kPeer == Peer::kFlashInfer) {
+    fmt::print(
+        "FlashInfer: its tensor-core decode (the FA2 paged prefill kernel over one query "
+        "row per sequence, as BatchDecodeWithPagedKVCacheWrapper(use_tensor_cores=True) "
+        "runs it) on the plain pages and block sets; max rel. diff: the largest relative "
+        "L2 distance of its output rows from pagoda's.\n\n");
+    peer_header = " FlashInfer µs | % of copy | pagoda ÷ FlashInfer time | max rel. diff |";
+    peer_rule = "---:|---:|---:|---:|";
+  }
   fmt::print(
-      "| batch | context | µs | GB/s | % of copy | padded µs | % of copy | padding cost |\n");
-  fmt::print("|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+      "| batch | context | µs | GB/s | % of copy | padded µs | % of copy | padding cost |{}\n",
+      peer_header);
+  fmt::print("|---:|---:|---:|---:|---:|---:|---:|---:|{}\n", peer_rule);
   std::vector<double> bf16_us;
   for (int64_t batch : {1, 16, 64, 256}) {
     for (int64_t context : {512, 1024, 4096, 16384}) {
-      const Result plain = run_case(pool, DType::kBF16, PageOrder::kNhd, 0, batch, context, rng);
-      const Result padded =
-          run_case(pool, DType::kBF16, PageOrder::kNhd, page_bytes / 4, batch, context, rng);
+      const Result plain =
+          run_case(pool, DType::kBF16, PageOrder::kNhd, 0, batch, context, kPeer, rng);
+      const Result padded = run_case(pool, DType::kBF16, PageOrder::kNhd, page_bytes / 4, batch,
+                                     context, Peer::kNone, rng);
       bf16_us.push_back(plain.us);
-      fmt::print("| {} | {} | {:.1f} | {:.0f} | {:.1f}% | {:.1f} | {:.1f}% | {:+.1f}% |\n", batch,
+      fmt::print("| {} | {} | {:.1f} | {:.0f} | {:.1f}% | {:.1f} | {:.1f}% | {:+.1f}% |{}\n", batch,
                  context, plain.us, plain.bandwidth / 1e9, 100 * plain.bandwidth / copy, padded.us,
-                 100 * padded.bandwidth / copy, 100 * (padded.us / plain.us - 1));
+                 100 * padded.bandwidth / copy, 100 * (padded.us / plain.us - 1),
+                 decode_peer_cells(plain, copy));
     }
   }
   // e4m3 pages: half the bytes of the bf16 table's, against its times.
-  fill(DType::kF8E4M3);
+  fill_random(pool.reinterpret(DType::kF8E4M3), 7);
   fmt::print("\ne4m3 pages (--kv-cache-dtype fp8), against the bf16 pages above:\n\n");
   fmt::print("| batch | context | µs | GB/s | % of copy | ÷ bf16 time |\n");
   fmt::print("|---:|---:|---:|---:|---:|---:|\n");
   size_t cell = 0;
   for (int64_t batch : {1, 16, 64, 256}) {
     for (int64_t context : {512, 1024, 4096, 16384}) {
-      const Result fp8 = run_case(pool, DType::kF8E4M3, PageOrder::kNhd, 0, batch, context, rng);
+      const Result fp8 =
+          run_case(pool, DType::kF8E4M3, PageOrder::kNhd, 0, batch, context, Peer::kNone, rng);
       fmt::print("| {} | {} | {:.1f} | {:.0f} | {:.1f}% | {:.2f} |\n", batch, context, fp8.us,
                  fp8.bandwidth / 1e9, 100 * fp8.bandwidth / copy, fp8.us / bf16_us[cell++]);
     }
   }
+  fill_random(pool.reinterpret(DType::kBF16), 7);  // prefill reads bf16 pages again
+  print_prefill_table(pool, rng);
 }
 
 }  // namespace
