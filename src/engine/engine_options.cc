@@ -42,10 +42,23 @@ Tokenizer ModelPaths::load_tokenizer() const {
   return loaded;
 }
 
+namespace {
+
+// parse_dtype's result; Error naming `flag` for a name that is no dtype.
+DType parse_dtype_flag(const std::string& name, std::string_view flag) {
+  try {
+    return parse_dtype(name);
+  } catch (const Error& error) {
+    fail("{} {}: {}", flag, name, error.what());
+  }
+}
+
+}  // namespace
+
 CacheConfig parse_cache_options(const CacheOptions& flags) {
   CacheConfig config;
   if (flags.dtype != "auto") {
-    config.dtype = parse_dtype(flags.dtype);
+    config.dtype = parse_dtype_flag(flags.dtype, "--dtype");
     if (!is_floating(*config.dtype)) {
       fail(
           "--dtype {} is not a floating type; expected auto, float32, bfloat16 or float16 (an FP8 "
@@ -55,7 +68,8 @@ CacheConfig parse_cache_options(const CacheOptions& flags) {
   }
   if (flags.kv_cache_dtype != "auto") {
     const std::string& name = flags.kv_cache_dtype;
-    config.dtype = name == "fp8" || name == "fp8_e4m3" ? DType::kF8E4M3 : parse_dtype(name);
+    config.dtype = name == "fp8" || name == "fp8_e4m3" ? DType::kF8E4M3
+                                                       : parse_dtype_flag(name, "--kv-cache-dtype");
     if (!is_kv_cache_dtype(*config.dtype)) {
       fail("--kv-cache-dtype {}: expected auto, bfloat16, float16, float32 or fp8", name);
     }
@@ -110,7 +124,7 @@ void check_weights_finite(const std::string& model_dir) {
 std::optional<DType> dummy_dtype(const ModelConfig& config, const EngineOptions& flags) {
   if (parse_load_format(flags.load_format) != LoadFormat::kDummy) return std::nullopt;
   return flags.weight_dtype == "auto" ? config.dtype.value_or(DType::kBF16)
-                                      : parse_dtype(flags.weight_dtype);
+                                      : parse_dtype_flag(flags.weight_dtype, "--weight-dtype");
 }
 
 }  // namespace
