@@ -14,14 +14,17 @@ bash tools/peers/setup.sh
 # Every option the suite relies on is set here, since CMake keeps a build directory's earlier choices
 # (tools/main.sh configures build/release without tests), and ctest fails when it finds no tests.
 echo "== normal build"
-pagoda_build build/release -DPAGODA_BUILD_TESTS=ON -DPAGODA_SANITIZE=OFF -DPAGODA_CUDA=ON
+# The Python module is built and tested here (with Debian's python3, which has the pytest installed
+# above), not under the sanitizers, whose runtime a plain python3 would have to preload.
+pagoda_build build/release -DPAGODA_BUILD_TESTS=ON -DPAGODA_SANITIZE=OFF -DPAGODA_CUDA=ON \
+  -DPAGODA_PYTHON=ON -DPython3_EXECUTABLE=/usr/bin/python3
 ctest --test-dir build/release --output-on-failure --no-tests=error -j "$(nproc)"
 
 echo "== ASan + UBSan build"
 # -O1 with line tables only: a faster build whose reports still name files and lines. The normal
 # build compiles the CUDA sources; this one leaves them out, so the build without CUDA is tested too.
 pagoda_build build/asan -DPAGODA_BUILD_TESTS=ON -DPAGODA_SANITIZE=ON -DPAGODA_CUDA=OFF \
-  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1"
+  -DPAGODA_PYTHON=OFF -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1"
 ASAN_OPTIONS=protect_shadow_gap=0:detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
   ctest --test-dir build/asan --output-on-failure --no-tests=error -j "$(nproc)"
 

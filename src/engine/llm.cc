@@ -67,12 +67,22 @@ std::unique_ptr<LlmStream> Llm::stream(const Prompt& prompt, const SamplingParam
 std::vector<RequestOutput> Llm::generate(std::span<const Prompt> prompts,
                                          const SamplingParams& params,
                                          const std::function<void()>& interrupted) {
+  const std::vector<SamplingParams> each(prompts.size(), params);
+  return generate_each(prompts, each, interrupted);
+}
+
+std::vector<RequestOutput> Llm::generate_each(std::span<const Prompt> prompts,
+                                              std::span<const SamplingParams> params,
+                                              const std::function<void()>& interrupted) {
+  if (params.size() != prompts.size()) {
+    fail("{} sampling parameters for {} prompts", params.size(), prompts.size());
+  }
   // Every prompt resolved and submitted before any output is awaited: they batch together, and a
   // bad one fails the call before the rest has run (dropping the streams aborts those submitted).
   std::vector<std::unique_ptr<LlmStream>> streams;
   for (size_t i = 0; i < prompts.size(); ++i) {
     try {
-      streams.push_back(stream(prompts[i], params));
+      streams.push_back(stream(prompts[i], params[i]));
     } catch (const Error& error) {
       fail("prompt {}: {}", i, error.what());
     }

@@ -109,6 +109,10 @@ class Llm {
   // it throws, every request is aborted and the exception passes on.
   std::vector<RequestOutput> generate(std::span<const Prompt> prompts, const SamplingParams& params,
                                       const std::function<void()>& interrupted = {});
+  // The same with each prompt's own parameters (params.size() == prompts.size()).
+  std::vector<RequestOutput> generate_each(std::span<const Prompt> prompts,
+                                           std::span<const SamplingParams> params,
+                                           const std::function<void()>& interrupted = {});
   // One conversation per entry (each a JSON array of {role, content} messages).
   std::vector<RequestOutput> chat(std::span<const nlohmann::ordered_json> conversations,
                                   const SamplingParams& params,
