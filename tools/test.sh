@@ -20,6 +20,14 @@ pagoda_build build/release -DPAGODA_BUILD_TESTS=ON -DPAGODA_SANITIZE=OFF -DPAGOD
   -DPAGODA_PYTHON=ON -DPython3_EXECUTABLE=/usr/bin/python3
 ctest --test-dir build/release --output-on-failure --no-tests=error -j "$(nproc)"
 
+echo "== the installed package, and the C++ example built against it"
+rm -rf build/install build/example
+cmake --install build/release --prefix build/install >/dev/null
+cmake -S examples/cpp -B build/example -DCMAKE_PREFIX_PATH="$PWD/build/install" \
+  >build/example.configure.log 2>&1 || { cat build/example.configure.log; exit 1; }
+cmake --build build/example -j "$(nproc)"
+build/example/generate_example
+
 echo "== ASan + UBSan build"
 # -O1 with line tables only: a faster build whose reports still name files and lines. The normal
 # build compiles the CUDA sources; this one leaves them out, so the build without CUDA is tested too.

@@ -13,11 +13,11 @@ namespace pagoda {
 
 std::string model_dir_or_default(const std::string& model_dir) {
   if (!model_dir.empty()) return model_dir;
-  const std::string fallback = PAGODA_DEFAULT_MODEL;
-  if (!std::filesystem::exists(fallback + "/config.json")) {
-    fail("no --model given, and the default model is not at '{}'", fallback);
+  for (const std::string fallback : {PAGODA_DEFAULT_MODEL, PAGODA_INSTALLED_MODEL}) {
+    if (std::filesystem::exists(fallback + "/config.json")) return fallback;
   }
-  return fallback;
+  fail("no --model given, and the default model is neither at '{}' nor at '{}'",
+       PAGODA_DEFAULT_MODEL, PAGODA_INSTALLED_MODEL);
 }
 
 std::string ModelPaths::model() const {

@@ -17,8 +17,8 @@
 
 namespace pagoda {
 
-// `model_dir`, or when empty the embedded default model (models/kjv-gemma4 of the source tree);
-// Error when that is missing.
+// `model_dir`, or when empty the embedded default model (models/kjv-gemma4 of the source tree, or
+// where the package installed it); Error when that is missing.
 std::string model_dir_or_default(const std::string& model_dir);
 
 // Where a run's model and tokenizer are: --model (default: the embedded model) and --tokenizer
