@@ -209,3 +209,17 @@ def test_building_and_dropping_leaks_nothing():
         cycle()
     assert proc_status("Threads") == threads
     assert proc_status("VmRSS") - memory < 16 * 1024  # kB: well below one model and cache each
+
+
+@pytest.mark.parametrize("options", [
+    {"speculative_config": {"num_speculative_tokens": 3}},  # the embedded model's assistant
+    {"tensor_parallel_size": 2},                             # two CPU ranks
+])
+def test_speculative_and_parallel_options_pass_through(llm, options):
+    params = SamplingParams(temperature=0, max_tokens=24, ignore_eos=True)
+    prompts = ["In the beginning", "And God said"]
+    expected = [o.outputs[0].token_ids for o in llm.generate(prompts, params)]
+    other = LLM(kv_cache_memory="64MiB", **options)
+    assert [o.outputs[0].token_ids for o in other.generate(prompts, params)] == expected
+    if "speculative_config" in options:
+        assert other.stats().spec_draft_tokens > 0
