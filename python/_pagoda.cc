@@ -238,15 +238,20 @@ PYBIND11_MODULE(_pagoda, m) {
              const py::gil_scoped_release released;
              return llm.generate_each(inputs, params, check_signals);
            })
-      .def("stream",
-           [](Llm& llm, const py::handle& prompt, const SamplingParams& params) {
-             const Prompt input = to_prompt(prompt);
-             return llm.stream(input, params);
-           })
-      .def("chat_stream",
-           [](Llm& llm, const py::handle& messages, const SamplingParams& params) {
-             return llm.stream(Prompt::of_messages(to_json(messages)), params);
-           })
+      // A stream keeps its Llm alive (it aborts its request through it when dropped).
+      .def(
+          "stream",
+          [](Llm& llm, const py::handle& prompt, const SamplingParams& params) {
+            const Prompt input = to_prompt(prompt);
+            return llm.stream(input, params);
+          },
+          py::keep_alive<0, 1>())
+      .def(
+          "chat_stream",
+          [](Llm& llm, const py::handle& messages, const SamplingParams& params) {
+            return llm.stream(Prompt::of_messages(to_json(messages)), params);
+          },
+          py::keep_alive<0, 1>())
       .def("encode", &Llm::tokenize, py::arg("text"), py::arg("add_special_tokens") = true)
       .def(
           "decode",

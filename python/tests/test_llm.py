@@ -108,6 +108,10 @@ def test_streams_add_up_and_abort(llm):
     assert list(stream)[-1].finish_reason == "abort"
     assert wait_idle(llm)
 
+    # A stream keeps its engine alive after the last other reference is gone.
+    orphan = LLM(kv_cache_memory="16MiB").stream(PROMPT, params)
+    assert "".join(d.text for d in orphan)
+
     stop = whole.text[len(whole.text) // 2:][:6]
     stopped = llm.generate(PROMPT, SamplingParams(temperature=0, max_tokens=24, ignore_eos=True,
                                                   stop=[stop]))[0].outputs[0]

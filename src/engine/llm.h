@@ -64,7 +64,8 @@ struct StreamDelta {
 
 class Llm;
 
-// One streamed request. Dropping it aborts the request if it is still running.
+// One streamed request. Dropping it aborts the request if it is still running. It must not
+// outlive the Llm that made it.
 class LlmStream {
  public:
   ~LlmStream();
