@@ -7,8 +7,8 @@
 #include <thread>
 
 #include "core/error.h"
-#include "model/fixtures.h"
 #include "engine/engine_service.h"
+#include "model/fixtures.h"
 
 namespace pagoda::testing {
 
