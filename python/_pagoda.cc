@@ -85,7 +85,12 @@ Prompt to_prompt(const py::handle& item) {
     if (dict.contains("prompt")) return Prompt::of_text(dict["prompt"].cast<std::string>());
     throw py::value_error("a prompt dict needs 'prompt' or 'prompt_token_ids'");
   }
-  return Prompt::of_ids(item.cast<std::vector<int32_t>>());
+  try {
+    return Prompt::of_ids(item.cast<std::vector<int32_t>>());
+  } catch (const py::cast_error&) {
+    throw py::type_error("a prompt is a str, a list of token ids (int) or a dict, not " +
+                         std::string(py::str(py::type::of(item).attr("__name__"))));
+  }
 }
 
 nlohmann::ordered_json to_json(const py::handle& value) {

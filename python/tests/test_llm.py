@@ -171,6 +171,10 @@ def test_bad_arguments_raise(llm):
         llm.generate(prompt_token_ids=[[1, 2], [1, 1 << 30]])
     with pytest.raises(ValueError):
         llm.generate(["a", "b"], [SamplingParams()])
+    with pytest.raises(TypeError, match="float"):
+        llm.generate([1.5])
+    with pytest.raises(TypeError):
+        llm.generate(prompt_token_ids=[[1, "two"]])
     with pytest.raises(ValueError, match="max_model_len"):
         llm.generate(PROMPT, SamplingParams(max_tokens=1 << 20))
     tiny = LLM(model=LLAMA_TINY, kv_cache_memory="16MiB")
