@@ -451,6 +451,7 @@ std::unique_ptr<Proposer> make_proposer(std::span<const RankShard> ranks, const 
     if (gemma4 == nullptr) {
       fail("--speculative-config: the Gemma 4 assistant drafts for a Gemma 4 target only");
     }
+    rank.drafter->assistant->use_cache_scales_of(*gemma4);
     targets.push_back(gemma4);
     assistants.push_back(rank.drafter->assistant.get());
   }

@@ -13,6 +13,9 @@
 #include <map>
 
 #include "core/error.h"
+#include "engine/proposer.h"
+#include "engine/speculative_config.h"
+#include "model/arch/gemma4_assistant.h"
 #include "model/fixtures.h"
 
 namespace pagoda {
@@ -20,11 +23,12 @@ namespace {
 
 using namespace pagoda::testing;
 
-// llama-tiny's checkpoint beside a second file holding `scales` (name -> value, stored as
-// one-element f32 tensors of shape []), joined by an index, in a fresh directory.
-std::string checkpoint_with(const std::map<std::string, float>& scales) {
+// The checkpoint `name` (llama-tiny unless given) beside a second file holding `scales` (name ->
+// value, stored as one-element f32 tensors of shape []), joined by an index, in a fresh directory.
+std::string checkpoint_with(const std::map<std::string, float>& scales,
+                            const std::string& name = "llama-tiny") {
   static int made = 0;
-  const std::string source = checkpoint_dir("llama-tiny");
+  const std::string source = checkpoint_dir(name);
   const std::string dir = ::testing::TempDir() + "pagoda_kv_scales_" + std::to_string(::getpid()) +
                           "_" + std::to_string(made++);
   std::filesystem::create_directories(dir);
@@ -116,6 +120,52 @@ TEST(KvCacheScalesTest, AreReadAndUsedByAnFp8Cache) {
   } catch (const Error& error) {
     EXPECT_NE(std::string(error.what()).find("model.layers.1.self_attn.v_scale"), std::string::npos)
         << error.what();
+  }
+}
+
+// The Gemma 4 assistant reads the target's caches, so it reads them with the scales of the layers
+// it reads (the target's last full and last sliding layer that own KV), set when the speculative
+// proposer pairs the two.
+TEST(KvCacheScalesTest, TheAssistantReadsWithItsTargetsScales) {
+  std::map<std::string, float> scales;
+  const ModelConfig plain = load_model_config(checkpoint_dir("kjv-gemma4"));
+  for (size_t i = 0; i < plain.layers.size(); ++i) {
+    const std::string prefix = "model.layers." + std::to_string(i) + ".self_attn.";
+    if (plain.layers[i].kv_source != KvSource::kOwn) continue;
+    scales[prefix + "k_scale"] = 0.5f + 0.25f * static_cast<float>(i);
+    scales[prefix + "v_scale"] = 2.0f + 0.5f * static_cast<float>(i);
+  }
+  const std::string dir = checkpoint_with(scales, "kjv-gemma4");
+  const ModelConfig config = load_model_config(dir);
+  WeightSource weights = WeightSource::from_checkpoint(dir);
+  std::unique_ptr<CausalLm> target = build_causal_lm(config, weights);
+  const SpeculativeConfig speculative = parse_speculative_config(
+      nlohmann::json{{"model", std::string(PAGODA_SOURCE_DIR) + "/models/kjv-gemma4-assistant"},
+                     {"num_speculative_tokens", 2}}
+          .dump(),
+      dir, config);
+  Drafter drafter = load_drafter(speculative, Device::cpu());
+  ASSERT_NE(drafter.assistant, nullptr);
+  const KvCachePlan plan = plan_on_cpu(
+      config, &speculative.drafter,
+      {.dtype = DType::kF8E4M3, .block_size = 4, .max_model_len = 64, .num_blocks = 64});
+  const KvCache memory = allocate_kv_cache(plan, Device::cpu());
+  const Engine engine(*target, plan, memory, {.vocab_size = config.vocab_size, .max_model_len = 64},
+                      &drafter);  // pairs them
+  const auto& gemma4 = dynamic_cast<const Gemma4Model&>(*target);
+  for (size_t i = 0; i < speculative.drafter.layers.size(); ++i) {
+    const LayerAttentionConfig& layer = speculative.drafter.layers[i];
+    int64_t source = -1;
+    for (size_t j = 0; j < config.layers.size(); ++j) {
+      if (config.layers[j].kind == layer.kind && config.layers[j].kv_source == KvSource::kOwn) {
+        source = static_cast<int64_t>(j);
+      }
+    }
+    ASSERT_GE(source, 0);
+    EXPECT_EQ(drafter.assistant->text().cache_scales(static_cast<int64_t>(i)),
+              gemma4.cache_scales(source))
+        << "drafter layer " << layer.name;
+    EXPECT_NE(gemma4.cache_scales(source), std::make_pair(1.0f, 1.0f));
   }
 }
 

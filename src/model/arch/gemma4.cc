@@ -107,6 +107,7 @@ Gemma4Model::Gemma4Model(const ModelConfig& config, WeightSource& weights,
     }
     layers_.push_back(std::move(l));
   }
+  attention_configs_ = config.layers;
   norm_ = RmsNorm::load(weights, prefix + "norm.weight", hidden, eps);
   if (text.has("final_logit_softcapping")) {
     softcap_ = static_cast<float>(text.raw().at("final_logit_softcapping").get<double>());
@@ -233,6 +234,22 @@ Tensor Gemma4Model::embed(const std::vector<int32_t>& ids, const Tensor& device_
   ops::embedding(embed_tokens_, ids, device_ids, 1.0f, x);
   ops::scale_in_place(x, embed_scale_);
   return x;
+}
+
+void Gemma4Model::use_cache_scales_of(const Gemma4Model& target) {
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    if (attention_configs_[i].kv_source != KvSource::kTargetLastOfKind) continue;
+    const SelfAttention* source = nullptr;  // the last of the kind that owns KV
+    for (size_t j = 0; j < target.layers_.size(); ++j) {
+      const LayerAttentionConfig& candidate = target.attention_configs_[j];
+      if (candidate.kind == attention_configs_[i].kind && candidate.kv_source == KvSource::kOwn) {
+        source = target.layers_[j].attention.get();
+      }
+    }
+    PAGODA_CHECK(source != nullptr, "drafter layer {} reads no target layer",
+                 attention_configs_[i].name);
+    layers_[i].attention->use_cache_scales_of(*source);
+  }
 }
 
 Tensor Gemma4Model::forward(const ForwardBatch& batch) {

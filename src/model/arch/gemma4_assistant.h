@@ -25,6 +25,9 @@ class Gemma4Assistant {
   // written.
   DraftStep step(const Tensor& token_embeddings, const Tensor& hidden,
                  const ForwardBatch& batch) const;
+  // Reads `target`'s caches with the cache scales of the layers it reads (an FP8 KV cache).
+  void use_cache_scales_of(const Gemma4Model& target) { text_->use_cache_scales_of(target); }
+  const Gemma4Model& text() const { return *text_; }
   // Whether a step waits for the device (an MoE block's routing), so it cannot be captured.
   bool synchronizes_with_host() const { return text_->synchronizes_with_host(); }
 

@@ -64,6 +64,8 @@ class SelfAttention {
                 const LayerAttentionConfig& layer, const RopeParams& rope,
                 const SelfAttentionOptions& options, const TensorParallel& tp = {});
 
+  // The scales its cache is read with: K's, V's.
+  std::pair<float, float> cache_scales() const { return {params_.k_scale, params_.v_scale}; }
   // A layer that reads `source`'s cache reads it with `source`'s cache scales.
   void use_cache_scales_of(const SelfAttention& source) {
     params_.k_scale = source.params_.k_scale;
