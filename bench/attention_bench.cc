@@ -61,6 +61,15 @@ struct Result {
   double peer_distance = 0;  // the largest relative L2 distance of its output rows from pagoda's
 };
 
+// The benchmark's attention layer at head size `head` (K and V alike).
+AttentionLayerParams layer_params(int64_t head) {
+  return {.num_q_heads = kQHeads,
+          .num_kv_heads = kKvHeads,
+          .head_size_k = head,
+          .head_size_v = head,
+          .scale = 1.0f / std::sqrt(static_cast<float>(head))};
+}
+
 // Fills contiguous `t` (bf16 or e4m3) with values drawn uniformly from (-1, 1): no zeros, no NaN.
 // One chunk of 2^20 draws repeats across it, which keeps filling 40 GiB quick.
 void fill_random(const Tensor& t, uint32_t seed) {
@@ -182,11 +191,7 @@ Result run_case(const Tensor& pool, DType dtype, PageOrder order, int64_t page_p
   const Tensor query = Tensor::empty({batch, kQHeads, kHead}, DType::kBF16, Device::cuda(0));
   fill_random(query, 3);
   const Tensor output = Tensor::empty({batch, kQHeads * kHead}, DType::kBF16, Device::cuda(0));
-  const AttentionLayerParams params{.num_q_heads = kQHeads,
-                                    .num_kv_heads = kKvHeads,
-                                    .head_size_k = kHead,
-                                    .head_size_v = kHead,
-                                    .scale = 1.0f / std::sqrt(float{kHead})};
+  const AttentionLayerParams params = layer_params(kHead);
   Result result;
   const double ms = bench::graph_median_ms(7, 20, [&](int i) {
     cuda::paged_attention(params, query, Tensor(), Tensor(), cache, *plans[i % sets], output);
@@ -198,9 +203,9 @@ Result run_case(const Tensor& pool, DType dtype, PageOrder order, int64_t page_p
   if (peer == Peer::kFlashInfer) {
     // One FlashInfer plan per block set, as pagoda has, each checked against pagoda's output.
     const Tensor peer_output = Tensor::empty(output.shape(), DType::kBF16, Device::cuda(0));
-    std::vector<std::unique_ptr<bench::FlashInferDecode>> peers;
+    std::vector<std::unique_ptr<bench::FlashInferAttention>> peers;
     for (int64_t s = 0; s < sets; ++s) {
-      peers.push_back(std::make_unique<bench::FlashInferDecode>(flashinfer_batch(
+      peers.push_back(bench::FlashInferAttention::decode(flashinfer_batch(
           params, cache, *plans[s], std::vector<int64_t>(batch, context), query, peer_output)));
       cuda::paged_attention(params, query, Tensor(), Tensor(), cache, *plans[s], output);
       peers[s]->run();
@@ -263,11 +268,7 @@ PrefillResult run_prefill(const Tensor& pool, int64_t head, int64_t batch, int64
   const Tensor query = Tensor::empty({tokens, kQHeads, head}, DType::kBF16, Device::cuda(0));
   fill_random(query, 3);
   const Tensor output = Tensor::empty({tokens, kQHeads * head}, DType::kBF16, Device::cuda(0));
-  const AttentionLayerParams params{.num_q_heads = kQHeads,
-                                    .num_kv_heads = kKvHeads,
-                                    .head_size_k = head,
-                                    .head_size_v = head,
-                                    .scale = 1.0f / std::sqrt(float(head))};
+  const AttentionLayerParams params = layer_params(head);
   const auto attend = [&] {
     cuda::paged_attention(params, query, Tensor(), Tensor(), cache, plan, output);
   };
@@ -286,14 +287,15 @@ PrefillResult run_prefill(const Tensor& pool, int64_t head, int64_t batch, int64
 #if PAGODA_WITH_FLASHINFER
   if (peer == Peer::kFlashInfer) {
     const Tensor peer_output = Tensor::empty(output.shape(), DType::kBF16, Device::cuda(0));
-    bench::FlashInferPrefill flashinfer(
-        flashinfer_batch(params, cache, plan, meta.seq_lens, query, peer_output));
-    flashinfer.run();
+    const std::unique_ptr<bench::FlashInferAttention> flashinfer =
+        bench::FlashInferAttention::prefill(
+            flashinfer_batch(params, cache, plan, meta.seq_lens, query, peer_output));
+    flashinfer->run();
     if (result.refusal.empty()) {
       result.peer_distance = checked_distance(peer_output, output, head,
                                               fmt::format("{} x {} head {}", batch, prompt, head));
     }
-    const double ms = bench::graph_median_ms(5, 4, [&](int) { flashinfer.run(); });
+    const double ms = bench::graph_median_ms(5, 4, [&](int) { flashinfer->run(); });
     result.peer_us = ms * 1e3;
     result.peer_flops = flops / (ms * 1e-3);
   }

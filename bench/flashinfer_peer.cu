@@ -211,29 +211,29 @@ FlashInferPlan::FlashInferPlan(const FlashInferBatch& batch, const std::vector<i
   params_.max_total_num_rows = static_cast<uint32_t>(info.total_num_rows);
 }
 
-FlashInferDecode::FlashInferDecode(const FlashInferBatch& batch) {
-  if (batch.head_size != 128)
+FlashInferAttention::FlashInferAttention(std::unique_ptr<FlashInferPlan> plan)
+    : plan_(std::move(plan)) {}
+
+FlashInferAttention::~FlashInferAttention() = default;
+
+std::unique_ptr<FlashInferAttention> FlashInferAttention::decode(const FlashInferBatch& batch) {
+  if (batch.head_size != 128) {
     fail("FlashInfer decode is built for head size 128, not {}", batch.head_size);
-  plan_ = std::make_unique<FlashInferPlan>(batch, std::vector<int64_t>(batch.seq_lens.size(), 1),
-                                           Mask::kNone);
+  }
+  return std::unique_ptr<FlashInferAttention>(
+      new FlashInferAttention(std::make_unique<FlashInferPlan>(
+          batch, std::vector<int64_t>(batch.seq_lens.size(), 1), Mask::kNone)));
 }
 
-FlashInferDecode::~FlashInferDecode() = default;
-
-void FlashInferDecode::run() {
-  plan_->run();
-}
-
-FlashInferPrefill::FlashInferPrefill(const FlashInferBatch& batch) {
+std::unique_ptr<FlashInferAttention> FlashInferAttention::prefill(const FlashInferBatch& batch) {
   if (batch.head_size != 128 && batch.head_size != 256) {
     fail("FlashInfer prefill is built for head sizes 128 and 256, not {}", batch.head_size);
   }
-  plan_ = std::make_unique<FlashInferPlan>(batch, batch.seq_lens, Mask::kCausal);
+  return std::unique_ptr<FlashInferAttention>(new FlashInferAttention(
+      std::make_unique<FlashInferPlan>(batch, batch.seq_lens, Mask::kCausal)));
 }
 
-FlashInferPrefill::~FlashInferPrefill() = default;
-
-void FlashInferPrefill::run() {
+void FlashInferAttention::run() {
   plan_->run();
 }
 

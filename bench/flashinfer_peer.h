@@ -2,11 +2,11 @@
 // process (bench/attention_bench.cc; built when PAGODA_FLASHINFER_DIR is set). No FlashInfer type
 // appears here: only bench/flashinfer_peer.cu includes its headers.
 //
-// Both classes plan once in the constructor (on the host, with their workspace allocated there),
-// and run() only queues kernels on cuda::stream(), so it may be captured into a CUDA graph. Both
-// drive FlashInfer's FA2 paged prefill kernel (BatchPrefillWithPagedKVCache): FlashInferDecode the
-// way its Python BatchDecodeWithPagedKVCacheWrapper does with use_tensor_cores=True (one query row
-// per sequence, no mask), FlashInferPrefill causal over whole prompts.
+// Each run is planned once when it is made (on the host, with its workspace allocated there), and
+// run() only queues kernels on cuda::stream(), so it may be captured into a CUDA graph. Both kinds
+// drive FlashInfer's FA2 paged prefill kernel (BatchPrefillWithPagedKVCache): decode() the way its
+// Python BatchDecodeWithPagedKVCacheWrapper does with use_tensor_cores=True (one query row per
+// sequence, no mask), prefill() causal over whole prompts.
 #pragma once
 
 #include <cstdint>
@@ -37,34 +37,23 @@ struct FlashInferBatch {
 
 class FlashInferPlan;  // FlashInfer's plan, parameters and buffers (flashinfer_peer.cu)
 
-// One query row per sequence (T = num_seqs) over its whole cache. Head size 128 only. Throws
-// Error for other shapes; FlashInfer's own errors from planning pass through.
-class FlashInferDecode {
+// One planned FlashInfer run over a batch. Throws Error for a shape this build has no kernel for;
+// FlashInfer's own errors from planning pass through.
+class FlashInferAttention {
  public:
-  explicit FlashInferDecode(const FlashInferBatch& batch);
-  ~FlashInferDecode();
-  FlashInferDecode(const FlashInferDecode&) = delete;
-  FlashInferDecode& operator=(const FlashInferDecode&) = delete;
+  // One query row per sequence (T = num_seqs) over its whole cache. Head size 128 only.
+  static std::unique_ptr<FlashInferAttention> decode(const FlashInferBatch& batch);
+  // Whole prompts, causal: sequence s has seq_lens[s] query rows, rows in sequence order
+  // (T = the sum of seq_lens). Head sizes 128 and 256.
+  static std::unique_ptr<FlashInferAttention> prefill(const FlashInferBatch& batch);
+  ~FlashInferAttention();
+  FlashInferAttention(const FlashInferAttention&) = delete;
+  FlashInferAttention& operator=(const FlashInferAttention&) = delete;
 
   void run();  // queued on cuda::stream()
 
  private:
-  std::unique_ptr<FlashInferPlan> plan_;
-};
-
-// Whole prompts, causal: sequence s has seq_lens[s] query rows, rows in sequence order
-// (T = the sum of seq_lens). Head sizes 128 and 256. Throws Error for other shapes; FlashInfer's
-// own errors from planning pass through.
-class FlashInferPrefill {
- public:
-  explicit FlashInferPrefill(const FlashInferBatch& batch);
-  ~FlashInferPrefill();
-  FlashInferPrefill(const FlashInferPrefill&) = delete;
-  FlashInferPrefill& operator=(const FlashInferPrefill&) = delete;
-
-  void run();  // queued on cuda::stream()
-
- private:
+  explicit FlashInferAttention(std::unique_ptr<FlashInferPlan> plan);
   std::unique_ptr<FlashInferPlan> plan_;
 };
 
