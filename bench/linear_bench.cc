@@ -1,9 +1,9 @@
 // GEMM micro-benchmark at the decode shapes of a Llama-3-8B layer (and its lm_head): bf16
-// x[M, K] · weight[N, K]ᵀ through cuBLASLt and, for M <= kMaxGemvRows, through our matrix-vector
-// kernel. Each is timed in a CUDA graph, as decode steps run it. Reports the median time and the
-// weight bytes it streams over that time, against the device-to-device copy bandwidth measured
-// here. Several weight copies rotate so the L2 cache never holds the one being read. A second table
-// times FP8 weights against the bf16 ones.
+// x[M, K] · weight[N, K]ᵀ through cuBLASLt and, for the rows they take, through our matrix-vector
+// kernels (CUDA cores, tensor cores). Each is timed in a CUDA graph, as decode steps run it.
+// Reports the median time and the weight bytes it streams over that time, against the
+// device-to-device copy bandwidth measured here. Several weight copies rotate so the L2 cache never
+// holds the one being read. A second table times FP8 weights against the bf16 ones.
 #include <cuda_runtime.h>
 #include <fmt/core.h>
 
@@ -43,8 +43,9 @@ void run() {
                         {"lm_head", 128256, 4096}};
   std::mt19937 rng(3);
   fmt::print(
-      "| GEMM | N x K | M | cuBLASLt µs | % of copy | gemv µs | % of copy |\n"
-      "|---|---|---:|---:|---:|---:|---:|\n");
+      "| GEMM | N x K | M | cuBLASLt µs | % of copy | gemv µs | % of copy | mma gemv µs | "
+      "% of copy |\n"
+      "|---|---|---:|---:|---:|---:|---:|---:|---:|\n");
   for (const Case& c : cases) {
     const int64_t bytes = c.n * c.k * 2;
     const int copies = static_cast<int>(std::clamp<int64_t>((int64_t{1} << 30) / bytes, 2, 8));
@@ -55,18 +56,17 @@ void run() {
       const Tensor x = random_bf16({m, c.k}, rng);
       const DType out_dtype = std::string(c.name) == "lm_head" ? DType::kF32 : DType::kBF16;
       const Tensor out = Tensor::empty({m, c.n}, out_dtype, gpu);
-      const double ms = bench::graph_median_ms(
-          7, 20, [&](int i) { cuda::cublaslt_linear(x, weights[i % copies], out); });
-      const bool small = cuda::gemv_applies(x, weights[0], out);
-      const double gemv_ms =
-          small ? bench::graph_median_ms(7, 20,
-                                         [&](int i) { cuda::gemv(x, weights[i % copies], out); })
-                : 0;
-      const std::string gemv_columns = small ? fmt::format("{:.1f} | {:.1f}%", gemv_ms * 1e3,
-                                                           100.0 * bytes / (gemv_ms * 1e-3) / copy)
-                                             : std::string("- | -");
-      fmt::print("| {} | {} x {} | {} | {:.1f} | {:.1f}% | {} |\n", c.name, c.n, c.k, m, ms * 1e3,
-                 100.0 * bytes / (ms * 1e-3) / copy, gemv_columns);
+      // "- | -" where the kernel does not take this many rows.
+      const auto columns = [&](bool applies, auto path) {
+        if (!applies) return std::string("- | -");
+        const double ms =
+            bench::graph_median_ms(7, 20, [&](int i) { path(x, weights[i % copies], out); });
+        return fmt::format("{:.1f} | {:.1f}%", ms * 1e3, 100.0 * bytes / (ms * 1e-3) / copy);
+      };
+      fmt::print("| {} | {} x {} | {} | {} | {} | {} |\n", c.name, c.n, c.k, m,
+                 columns(true, cuda::cublaslt_linear),
+                 columns(cuda::gemv_applies(x, weights[0], out), cuda::gemv),
+                 columns(cuda::mma_gemv_applies(x, weights[0], out), cuda::mma_gemv));
     }
   }
   // The same shapes with FP8 weights in 128 x 128 blocks, each FP8 path alone: the matrix-vector

@@ -413,9 +413,10 @@ TEST(CudaOpsTest, LinearMatchesCpuAndWritesEveryElement) {
   }
 }
 
-// The matrix-vector kernel itself (linear() takes it only where it times faster), for 1 to 4
-// rows, a last warp with one row, and K not a multiple of its unrolled step: K's four parts
-// uneven (2056) or some of them empty (200).
+// The matrix-vector kernels themselves (linear() takes one only where it times faster): CUDA
+// cores for 1 to kMaxGemvRows rows, tensor cores for 1 to kMaxMmaGemvRows, with a last block of
+// weight rows part empty (N 1001, 33, 17) and K not a multiple of their unrolled steps: K's four
+// parts uneven (2056) or some of them empty (200).
 TEST(CudaOpsTest, GemvMatchesCpuAndWritesEveryElement) {
   if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
   std::mt19937 rng(11);
@@ -423,20 +424,33 @@ TEST(CudaOpsTest, GemvMatchesCpuAndWritesEveryElement) {
        {std::pair{4096, 4096}, std::pair{1001, 14336}, std::pair{33, 2056}, std::pair{17, 200}}) {
     const Tensor w = rounded(random_tensor({n, k}, rng), DType::kBF16);
     const Tensor device_w = to_cuda(w, DType::kBF16);
-    for (int64_t m = 1; m <= cuda::kMaxGemvRows; ++m) {
+    for (int64_t m = 1; m <= cuda::kMaxMmaGemvRows; ++m) {
       const Tensor x = rounded(random_tensor({m, k}, rng), DType::kBF16);
       Tensor ref = Tensor::empty({m, n}, DType::kF32);
       cpu::linear(x, w, ref);
+      const Tensor device_x = to_cuda(x, DType::kBF16);
       for (DType out_dtype : kActivationDtypes) {
-        const Tensor out = poisoned({m, n}, out_dtype);
-        const Tensor device_x = to_cuda(x, DType::kBF16);
-        ASSERT_TRUE(cuda::gemv_applies(device_x, device_w, out));
-        cuda::gemv(device_x, device_w, out);
-        EXPECT_LE(relative_error(to_host_f32(out), ref), out_dtype == DType::kBF16 ? 4e-3 : 1e-4)
-            << "M " << m << " N " << n << " K " << k;
+        const auto check = [&](auto kernel, const char* name) {
+          const Tensor out = poisoned({m, n}, out_dtype);
+          kernel(device_x, device_w, out);
+          EXPECT_LE(relative_error(to_host_f32(out), ref), out_dtype == DType::kBF16 ? 4e-3 : 1e-4)
+              << name << " M " << m << " N " << n << " K " << k;
+        };
+        const Tensor probe = poisoned({m, n}, out_dtype);
+        ASSERT_EQ(cuda::gemv_applies(device_x, device_w, probe), m <= cuda::kMaxGemvRows);
+        ASSERT_TRUE(cuda::mma_gemv_applies(device_x, device_w, probe));
+        if (m <= cuda::kMaxGemvRows) check(cuda::gemv, "gemv");
+        check(cuda::mma_gemv, "mma gemv");
       }
     }
   }
+  // Past its row limit the tensor-core kernel does not apply, and refuses to run.
+  const Tensor x =
+      to_cuda(Tensor::empty({cuda::kMaxMmaGemvRows + 1, 64}, DType::kF32), DType::kBF16);
+  const Tensor w = to_cuda(Tensor::empty({16, 64}, DType::kF32), DType::kBF16);
+  const Tensor out = poisoned({cuda::kMaxMmaGemvRows + 1, 16}, DType::kF32);
+  EXPECT_FALSE(cuda::mma_gemv_applies(x, w, out));
+  EXPECT_THROW(cuda::mma_gemv(x, w, out), InternalError);
 }
 
 // FP8 weights against the product with the dequantized weight, computed on the host: the matrix-

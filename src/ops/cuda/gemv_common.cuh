@@ -23,6 +23,16 @@ __device__ __forceinline__ uint4 load_streaming(const uint4* p) {
   return v;
 }
 
+// The same for a load that reads only part of a 128-byte line of each row (64 bytes of 8 rows, in
+// the tensor-core kernels): the L2::128B hint has L2 fetch the whole line from memory at once.
+__device__ __forceinline__ uint4 load_streaming_line(const uint4* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.L2::128B.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+
 // Sums each (row, x row) accumulator over the lanes and over the kSplits warps that share the
 // rows, and writes out[m * n + first_row + r] (f32 or bf16). Every thread of the block calls it.
 // (gemv.cu keeps its own copy of these lines: calling this changes its machine code, so adopting

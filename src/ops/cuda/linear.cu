@@ -372,34 +372,43 @@ bool first_is_faster(const PlanKey& key, int device, First&& first, Second&& sec
   return choices[key] = first_ms < second_ms;
 }
 
+// Whether the tensor-core matrix-vector kernel should run rather than the CUDA-core one: where
+// both apply, the faster for this shape (CUDA cores tend to win at one row of x, tensor cores
+// beyond), timed once per shape apart from the choice against the GEMM.
+template <typename CudaCores, typename TensorCores>
+bool prefer_tensor_cores(PlanKey key, int device, bool cuda_cores_apply, bool tensor_cores_apply,
+                         CudaCores&& cuda_cores, TensorCores&& tensor_cores) {
+  if (!tensor_cores_apply) return false;
+  if (!cuda_cores_apply) return true;
+  key[8] = 1;
+  return !first_is_faster(key, device, cuda_cores, tensor_cores);
+}
+
 }  // namespace
 
-// For a few rows, the faster of a matrix-vector kernel and the tensor-core GEMM.
+// For a few rows, the fastest of the matrix-vector kernels and the tensor-core GEMM.
 void linear(const Tensor& x, const Weight& quantized, const Tensor& out) {
   const int device = x.device().index;
-  PlanKey key{x.size(0),
-              quantized.rows(),
-              quantized.cols(),
-              quantized.values.stride(0),
-              x.stride(0),
-              static_cast<int64_t>(out.dtype()),
-              device,
-              quantized.quantized() ? 1 : 0,
-              0,
-              0,
-              0,
-              0};
+  const PlanKey key{x.size(0),
+                    quantized.rows(),
+                    quantized.cols(),
+                    quantized.values.stride(0),
+                    x.stride(0),
+                    static_cast<int64_t>(out.dtype()),
+                    device,
+                    quantized.quantized() ? 1 : 0,
+                    0,
+                    0,
+                    0,
+                    0};
   if (quantized.quantized()) {
     check_fp8_linear(x, quantized, out);
     const bool small = fp8_gemv_applies(x);
-    // Of the two matrix-vector kernels, the faster for this shape (CUDA cores tend to win at one
-    // row of x, tensor cores beyond), timed apart from the choice against the GEMM.
     const auto cuda_cores = [&] { fp8_gemv(x, quantized, out); };
     const auto tensor_cores = [&] { fp8_mma_gemv(x, quantized, out); };
-    PlanKey gemv_key = key;
-    gemv_key[8] = 1;
-    const bool mma = small && fp8_mma_gemv_applies(x, quantized) &&
-                     !first_is_faster(gemv_key, device, cuda_cores, tensor_cores);
+    const bool mma =
+        small && prefer_tensor_cores(key, device, true, fp8_mma_gemv_applies(x, quantized),
+                                     cuda_cores, tensor_cores);
     const auto gemv = [&] { return mma ? tensor_cores() : cuda_cores(); };
     if (!fp8_gemm_applies(x, quantized)) {
       return small ? gemv() : fp8_dequantized_linear(x, quantized, out);
@@ -408,8 +417,14 @@ void linear(const Tensor& x, const Weight& quantized, const Tensor& out) {
     return small && first_is_faster(key, device, gemv, gemm) ? gemv() : gemm();
   }
   const Tensor& weight = quantized.values;
-  if (!gemv_applies(x, weight, out)) return cublaslt_linear(x, weight, out);
-  const auto small = [&] { gemv(x, weight, out); };
+  const bool cuda_cores_apply = gemv_applies(x, weight, out);
+  const bool tensor_cores_apply = mma_gemv_applies(x, weight, out);
+  if (!cuda_cores_apply && !tensor_cores_apply) return cublaslt_linear(x, weight, out);
+  const auto cuda_cores = [&] { gemv(x, weight, out); };
+  const auto tensor_cores = [&] { mma_gemv(x, weight, out); };
+  const bool mma = prefer_tensor_cores(key, device, cuda_cores_apply, tensor_cores_apply,
+                                       cuda_cores, tensor_cores);
+  const auto small = [&] { return mma ? tensor_cores() : cuda_cores(); };
   const auto blas = [&] { cublaslt_linear(x, weight, out); };
   return first_is_faster(key, device, small, blas) ? small() : blas();
 }

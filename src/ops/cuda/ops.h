@@ -68,6 +68,12 @@ void cublaslt_linear(const Tensor& x, const Tensor& weight, const Tensor& out);
 constexpr int64_t kMaxGemvRows = 4;
 bool gemv_applies(const Tensor& x, const Tensor& weight, const Tensor& out);
 void gemv(const Tensor& x, const Tensor& weight, const Tensor& out);
+// The same products on tensor cores, for at most kMaxMmaGemvRows rows of x (the weight still read
+// once): where the few rows of a verify step or a small batch meet cuBLASLt. mma_gemv_applies()
+// asks what gemv_applies() does, with its own row limit.
+constexpr int64_t kMaxMmaGemvRows = 8;
+bool mma_gemv_applies(const Tensor& x, const Tensor& weight, const Tensor& out);
+void mma_gemv(const Tensor& x, const Tensor& weight, const Tensor& out);
 
 // linear() with an FP8 weight, three ways (fp8_linear.cu), each of which throws Error for a weight
 // it cannot read (K and block_cols multiples of 16 and 16-byte aligned rows are needed by all):
