@@ -184,9 +184,9 @@ __global__ void __launch_bounds__(kMmaWarps * 32) fp8_mma_gemv_kernel(Fp8Args ar
     for (int u = 0; u < kMmaUnroll; ++u) {
       const int step = first + u * kMmaWarps;
       const bool valid = step < steps;
-      a[u][0] = valid ? load_streaming(reinterpret_cast<const uint4*>(w_lo + step * kStepCols))
+      a[u][0] = valid ? load_streaming_line(reinterpret_cast<const uint4*>(w_lo + step * kStepCols))
                       : make_uint4(0, 0, 0, 0);
-      a[u][1] = valid ? load_streaming(reinterpret_cast<const uint4*>(w_hi + step * kStepCols))
+      a[u][1] = valid ? load_streaming_line(reinterpret_cast<const uint4*>(w_hi + step * kStepCols))
                       : make_uint4(0, 0, 0, 0);
     }
   };
