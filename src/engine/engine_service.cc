@@ -260,4 +260,14 @@ std::string EngineService::metrics_text() const {
   return out;
 }
 
+TextStream::Added add_delta_text(TextStream& text, const RequestDelta& delta) {
+  std::vector<int32_t> ids;
+  for (const SampledToken& token : delta.new_tokens)
+    ids.push_back(token.token_id);
+  const bool stop_token = delta.finish_reason == FinishReason::kStop && !ids.empty();
+  TextStream::Added added = text.add({ids.data(), ids.size() - (stop_token ? 1 : 0)});
+  if (!text.stopped()) added.tokens = ids.size();
+  return added;
+}
+
 }  // namespace pagoda

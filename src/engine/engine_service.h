@@ -17,6 +17,7 @@
 
 #include "engine/engine.h"
 #include "engine/metrics.h"
+#include "tokenizer/text_stream.h"
 
 namespace pagoda {
 
@@ -109,5 +110,11 @@ class EngineService {
 
   std::thread thread_;  // last: started once everything above exists
 };
+
+// A delta's tokens through its request's text stream: the text that became final, and how many of
+// the delta's tokens the request keeps: all of them, unless a stop string was completed, when the
+// tokens after the one that completed it (a step with drafts adds several) are dropped. A stop
+// token (EOS or a stop_token_id) ends the text without appearing in it, as in vLLM, and is kept.
+TextStream::Added add_delta_text(TextStream& text, const RequestDelta& delta);
 
 }  // namespace pagoda

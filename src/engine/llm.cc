@@ -139,15 +139,17 @@ std::optional<StreamDelta> LlmStream::next(std::chrono::milliseconds timeout) {
   for (const RequestDelta& delta : deltas) {
     if (out.finish_reason != FinishReason::kNone) break;
     if (!delta.prompt_logprobs.empty()) out.prompt_logprobs = delta.prompt_logprobs;
-    std::vector<int32_t> ids;
-    for (const SampledToken& token : delta.new_tokens) {
-      ids.push_back(token.token_id);
+    size_t kept = delta.new_tokens.size();
+    if (text_) {
+      TextStream::Added added = add_delta_text(*text_, delta);
+      out.text += added.text;
+      kept = added.tokens;
+    }
+    for (size_t i = 0; i < kept; ++i) {
+      const SampledToken& token = delta.new_tokens[i];
+      out.token_ids.push_back(token.token_id);
       out.logprobs.push_back({.logprob = token.logprob, .top = token.top});
     }
-    out.token_ids.insert(out.token_ids.end(), ids.begin(), ids.end());
-    // A stop token (EOS or a stop_token_id) ends the text without appearing in it, as in vLLM.
-    if (delta.finish_reason == FinishReason::kStop && !ids.empty()) ids.pop_back();
-    if (text_) out.text += text_->add(ids);
     if (text_ && text_->stopped()) {
       out.finish_reason = FinishReason::kStop;
       llm_.service_->abort(handle_);

@@ -4,6 +4,7 @@
 #include <ctime>
 #include <map>
 #include <random>
+#include <span>
 
 #include "core/error.h"
 #include "tokenizer/text_stream.h"
@@ -168,7 +169,7 @@ class OpenAiCall::State {
   }
 
   // Chat-style entries for the tokens of one delta: {token, logprob, bytes, top_logprobs}.
-  Json token_logprobs(const std::vector<SampledToken>& tokens) const {
+  Json token_logprobs(std::span<const SampledToken> tokens) const {
     Json entries = Json::array();
     for (const SampledToken& token : tokens) {
       const std::string text = tokenizer_.decode(std::vector<int32_t>{token.token_id});
@@ -247,15 +248,12 @@ class OpenAiCall::State {
         choice.prompt_logprobs = prompt_logprobs(choice, delta.prompt_logprobs);
         prompt_logprobs_due = true;
       }
-      std::vector<int32_t> ids;
-      for (const SampledToken& token : delta.new_tokens)
-        ids.push_back(token.token_id);
-      choice.num_tokens += static_cast<int64_t>(ids.size());
-      // A stop token (EOS or a stop_token_id) ends the text without appearing in it, as in vLLM.
-      if (delta.finish_reason == FinishReason::kStop && !ids.empty()) ids.pop_back();
-      text += choice.text->add(ids);
+      const TextStream::Added added = add_delta_text(*choice.text, delta);
+      text += added.text;
+      const std::span<const SampledToken> kept(delta.new_tokens.data(), added.tokens);
+      choice.num_tokens += static_cast<int64_t>(kept.size());
       if (request_.logprobs >= 0) {
-        for (Json& entry : token_logprobs(delta.new_tokens))
+        for (Json& entry : token_logprobs(kept))
           entries.push_back(std::move(entry));
       }
       if (choice.text->stopped()) {

@@ -23,13 +23,15 @@ std::string TextStream::release(std::string text) {
   return text;
 }
 
-std::string TextStream::add(std::span<const int32_t> ids) {
-  if (stopped_) return "";
-  held_ += detokenizer_.add(ids);
-  // The earliest stop string ends the text there.
-  if (const size_t first = first_stop(held_); first != std::string::npos) {
-    stopped_ = true;
-    return release(held_.substr(0, first));
+TextStream::Added TextStream::add(std::span<const int32_t> ids) {
+  if (stopped_) return {};
+  for (size_t taken = 1; taken <= ids.size(); ++taken) {
+    held_ += detokenizer_.add(ids.subspan(taken - 1, 1));
+    // The earliest stop string ends the text there.
+    if (const size_t first = first_stop(held_); first != std::string::npos) {
+      stopped_ = true;
+      return {release(held_.substr(0, first)), taken};
+    }
   }
   // Hold back the longest tail that begins some stop string.
   size_t keep = 0;
@@ -43,7 +45,7 @@ std::string TextStream::add(std::span<const int32_t> ids) {
   }
   std::string ready = held_.substr(0, held_.size() - keep);
   held_.erase(0, held_.size() - keep);
-  return release(std::move(ready));
+  return {release(std::move(ready)), ids.size()};
 }
 
 std::string TextStream::finish() {

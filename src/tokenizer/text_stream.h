@@ -17,9 +17,16 @@ class TextStream {
   // Keeps a reference to `tokenizer`. Empty stop strings are ignored.
   TextStream(const Tokenizer& tokenizer, std::vector<std::string> stop_strings);
 
-  // Adds generated tokens; returns the text that became final. After a stop string appears,
-  // stopped() is true, the returned text ends just before it and later calls return nothing.
-  std::string add(std::span<const int32_t> ids);
+  // What add() made final, and how many of its tokens it took: all of them, unless a stop string
+  // appeared, when the token that completed it is the last one taken.
+  struct Added {
+    std::string text;
+    size_t tokens = 0;
+  };
+  // Adds generated tokens, one at a time. After a stop string appears, stopped() is true, the
+  // returned text ends just before it, the tokens after the one that completed it are not taken,
+  // and later calls take nothing.
+  Added add(std::span<const int32_t> ids);
   // The end of generation: the text still held back.
   std::string finish();
   bool stopped() const { return stopped_; }

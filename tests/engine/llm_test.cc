@@ -172,6 +172,38 @@ TEST(LlmTest, StreamsStopStringsAbortsAndChats) {
   EXPECT_EQ(chat.token_ids.size(), 24u);
 }
 
+// With drafts a step may add several tokens; a stop string that ends inside them still cuts the
+// tokens (and their log-probabilities) after the one that completed it, as one token a step
+// does. Each stop string is the last three characters of the text up to another token, so some
+// are completed mid-step.
+TEST(LlmTest, StopStringsCutMultiTokenSteps) {
+  const std::unique_ptr<Llm> plain = Llm::load(default_options());
+  EngineOptions drafting = default_options();
+  drafting.speculative_config = R"({"num_speculative_tokens": 3})";
+  const std::unique_ptr<Llm> spec = Llm::load(drafting);
+  const Prompt prompt = Prompt::of_text("In the beginning God created");
+  const SamplingParams greedy{.temperature = 0.0, .max_tokens = 32, .ignore_eos = true};
+  const RequestOutput whole = plain->generate({&prompt, 1}, greedy)[0];
+  ASSERT_EQ(spec->generate({&prompt, 1}, greedy)[0].token_ids, whole.token_ids);
+  EXPECT_GT(spec->stats().totals.spec_accepted_tokens, 0);
+  int cut_inside_the_text = 0;
+  for (size_t end = 4; end + 2 < whole.token_ids.size(); end += 3) {
+    const std::string upto = plain->detokenize({whole.token_ids.data(), end});
+    if (upto.size() < 3) continue;
+    SamplingParams stopping = greedy;
+    stopping.stop = {upto.substr(upto.size() - 3)};
+    stopping.logprobs = 1;
+    const RequestOutput one = plain->generate({&prompt, 1}, stopping)[0];
+    const RequestOutput many = spec->generate({&prompt, 1}, stopping)[0];
+    EXPECT_EQ(many.finish_reason, FinishReason::kStop);
+    EXPECT_EQ(many.text, one.text) << "stop " << stopping.stop[0];
+    EXPECT_EQ(many.token_ids, one.token_ids) << "stop " << stopping.stop[0];
+    EXPECT_EQ(many.logprobs.size(), many.token_ids.size());
+    if (one.token_ids.size() < whole.token_ids.size()) ++cut_inside_the_text;
+  }
+  EXPECT_GT(cut_inside_the_text, 3);
+}
+
 TEST(LlmTest, BadInputFailsBeforeAnythingRuns) {
   EXPECT_THROW(Llm::load(fixture_options("no-such-model")), Error);
   EngineOptions bad_cache = fixture_options("llama-tiny");

@@ -10,6 +10,7 @@
 #include <sstream>
 #include <thread>
 
+#include "engine/llm.h"
 #include "server/service_fixtures.h"
 
 namespace pagoda {
@@ -68,6 +69,80 @@ std::string call(int port, const std::string& method, const std::string& path,
   boost::system::error_code error;
   asio::read(socket, asio::dynamic_buffer(out), error);
   return out;
+}
+
+// The JSON body of a response.
+nlohmann::json body_of(const std::string& response) {
+  const size_t start = response.find("\r\n\r\n");
+  EXPECT_NE(start, std::string::npos) << response;
+  return nlohmann::json::parse(response.substr(start + 4));
+}
+
+// The server over an Llm: the embedded model, drafting with its assistant when `drafts` > 0.
+class ServedLlm {
+ public:
+  explicit ServedLlm(int drafts) : llm_(Llm::load(options(drafts))) {
+    server_ = std::make_unique<OpenAiServer>(
+        llm_->service(), *llm_->tokenizer(), llm_->chat_template(),
+        RequestLimits{.served_model_name = "kjv", .max_model_len = llm_->plan().max_model_len},
+        ServerOptions{.port = 0, .threads = 2});
+    port = server_->bind();
+    thread_ = std::thread([this] { server_->run(); });
+  }
+  ~ServedLlm() {
+    server_->stop();
+    thread_.join();
+  }
+  const Llm& llm() const { return *llm_; }
+  int port = 0;
+
+ private:
+  static EngineOptions options(int drafts) {
+    EngineOptions options;
+    options.cache.kv_cache_memory = "64MiB";
+    if (drafts > 0) {
+      options.speculative_config = fmt::format(R"({{"num_speculative_tokens": {}}})", drafts);
+    }
+    return options;
+  }
+  std::unique_ptr<Llm> llm_;
+  std::unique_ptr<OpenAiServer> server_;
+  std::thread thread_;
+};
+
+// With drafts a step may add several tokens; a stop string completed inside them ends the text,
+// the usage count and the log-probabilities at the token that completed it, as without drafts.
+TEST(OpenAiServerTest, StopStringsCutMultiTokenSteps) {
+  ServedLlm plain(0);
+  ServedLlm spec(3);
+  const auto complete = [](const ServedLlm& served, const nlohmann::json& stop) {
+    nlohmann::json request = {{"prompt", "In the beginning God created"},
+                              {"max_tokens", 32},
+                              {"temperature", 0},
+                              {"logprobs", 1}};
+    if (!stop.is_null()) request["stop"] = stop;
+    return body_of(call(served.port, "POST", "/v1/completions", request.dump()));
+  };
+  const nlohmann::json whole = complete(plain, nullptr);
+  const std::string text = whole["choices"][0]["text"];
+  ASSERT_EQ(complete(spec, nullptr)["choices"][0]["text"], text);
+  ASSERT_GT(text.size(), 20u);
+  int cut_inside_the_text = 0;
+  for (size_t end = 6; end < text.size(); end += 5) {
+    const std::string stop = text.substr(end - 3, 3);
+    const nlohmann::json one = complete(plain, nlohmann::json::array({stop}));
+    const nlohmann::json many = complete(spec, nlohmann::json::array({stop}));
+    EXPECT_EQ(many["choices"][0]["finish_reason"], "stop") << stop;
+    EXPECT_EQ(many["choices"][0]["text"], one["choices"][0]["text"]) << stop;
+    EXPECT_EQ(many["usage"]["completion_tokens"], one["usage"]["completion_tokens"]) << stop;
+    EXPECT_EQ(many["choices"][0]["logprobs"]["tokens"], one["choices"][0]["logprobs"]["tokens"])
+        << stop;
+    if (one["usage"]["completion_tokens"] < whole["usage"]["completion_tokens"]) {
+      ++cut_inside_the_text;
+    }
+  }
+  EXPECT_GT(cut_inside_the_text, 3);
+  EXPECT_GT(spec.llm().stats().totals.spec_accepted_tokens, 0);
 }
 
 TEST(OpenAiServerTest, AFailedStreamEndsWithAnErrorEventAndHealthSaysSo) {

@@ -22,7 +22,7 @@ std::pair<std::vector<std::string>, bool> stream(const std::string& text,
   TextStream out(tokenizer, std::move(stops));
   std::vector<std::string> pieces;
   for (const int32_t id : bytes(text)) {
-    pieces.push_back(out.add(std::vector<int32_t>{id}));
+    pieces.push_back(out.add(std::vector<int32_t>{id}).text);
     if (out.stopped()) break;
   }
   if (!out.stopped()) pieces.push_back(out.finish());
@@ -47,6 +47,25 @@ TEST(TextStreamTest, StopStringsEndTheTextAcrossTokens) {
   // "w" and "wo" were held back, never sent.
   for (const std::string& piece : pieces)
     EXPECT_EQ(piece.find('w'), std::string::npos);
+}
+
+// Several tokens at once (a step that kept drafts): the token that completes the stop string is
+// the last one taken; later calls take nothing.
+TEST(TextStreamTest, AStopInsideSeveralTokensTakesThoseUpToIt) {
+  const Tokenizer tokenizer = Tokenizer::load(fixture("byte-tokenizer"));
+  TextStream out(tokenizer, {"wor"});
+  const TextStream::Added first = out.add(bytes("Hello w"));
+  EXPECT_EQ(first.text, "Hello ");  // "w" held back
+  EXPECT_EQ(first.tokens, 7u);
+  EXPECT_FALSE(out.stopped());
+  const TextStream::Added second = out.add(bytes("orld, and more"));
+  EXPECT_TRUE(out.stopped());
+  EXPECT_EQ(second.text, "");
+  EXPECT_EQ(second.tokens, 2u);  // "o", "r"
+  const TextStream::Added after = out.add(bytes("abc"));
+  EXPECT_EQ(after.text, "");
+  EXPECT_EQ(after.tokens, 0u);
+  EXPECT_EQ(out.text(), "Hello ");
 }
 
 TEST(TextStreamTest, HeldTextIsReleasedWhenTheStopDoesNotComplete) {
