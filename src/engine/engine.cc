@@ -65,7 +65,7 @@ Engine::Engine(CausalLm& model, const KvCachePlan& plan, const KvCache& cache,
                                 .context_communicator = config.context_communicator,
                                 .drafter = drafter}};
   ranks.insert(ranks.end(), config.other_ranks.begin(), config.other_ranks.end());
-  proposer_ = make_proposer(ranks, plan, ranks_.get(), config.enforce_eager);
+  proposer_ = make_proposer(ranks, plan, ranks_.get(), config.enforce_eager, config.eos_token_ids);
 }
 
 Engine::Engine(CausalLm& model, const KvCachePlan& plan, const KvCache& cache,

@@ -19,9 +19,13 @@ namespace {
 // Draft `index` of requests[r] from row rows[r] of logits [n, vocab] f32; a null request takes
 // none. A greedy request's draft is the argmax; a sampling request's a draw with its draft_rng, and
 // it keeps the row its draft was drawn from, which the acceptance rule needs. On a GPU the drafts
-// are taken there and only their ids come back; on the host, from the logits in place.
+// are taken there and only their ids come back; on the host, from the logits in place. A request
+// whose logits are processed (penalties, min_tokens pending: see process_logits, with
+// `eos_token_ids`) drafts from its row processed on the host, with its drafts so far as output, so
+// that it drafts as it will be judged.
 void add_drafts(const Tensor& logits, std::span<const int64_t> rows,
-                std::span<Request* const> requests, int64_t index) {
+                std::span<Request* const> requests, int64_t index,
+                std::span<const int64_t> eos_token_ids) {
   const bool greedy = std::all_of(requests.begin(), requests.end(),
                                   [](const Request* r) { return !r || r->params.greedy(); });
   // The rows sampling requests keep, apart from buffers the next forward rewrites.
@@ -46,6 +50,22 @@ void add_drafts(const Tensor& logits, std::span<const int64_t> rows,
     const Tensor ids = sampled.select(0, 0).to(Device::cpu());
     std::copy_n(ids.data<int32_t>(), count, drafted.begin());
   }
+  std::vector<Tensor> processed(count);  // host rows of requests that process their logits
+  for (size_t r = 0; r < requests.size(); ++r) {
+    const Request* request = requests[r];
+    if (request == nullptr || !processes_logits(*request)) continue;
+    const Tensor raw = logits.select(0, rows[r]).to(Device::cpu()).contiguous();
+    std::vector<int32_t> output(request->output_token_ids().begin(),
+                                request->output_token_ids().end());
+    if (index > 0) {
+      output.insert(output.end(), request->draft_token_ids.begin(), request->draft_token_ids.end());
+    }
+    Tensor& row = processed[rows[r]];
+    row = Tensor::empty({vocab}, DType::kF32);
+    process_logits(*request, eos_token_ids, raw.data<float>(), vocab, output, row.data<float>());
+    drafted[rows[r]] =
+        sample_token(row.data<float>(), vocab, request->params, draws[rows[r]].uniform);
+  }
   for (size_t r = 0; r < requests.size(); ++r) {
     Request* request = requests[r];
     if (request == nullptr) continue;
@@ -54,7 +74,9 @@ void add_drafts(const Tensor& logits, std::span<const int64_t> rows,
       request->draft_logits.clear();
     }
     request->draft_token_ids.push_back(drafted[rows[r]]);
-    if (!request->params.greedy()) request->draft_logits.push_back(kept.select(0, rows[r]));
+    if (request->params.greedy()) continue;
+    const Tensor& row = processed[rows[r]];
+    request->draft_logits.push_back(row.defined() ? row : kept.select(0, rows[r]));
   }
 }
 
@@ -118,10 +140,12 @@ void on_ranks(RankRunners* runners, const std::function<void(int64_t rank)>& bod
 class DraftModelProposer final : public Proposer {
  public:
   DraftModelProposer(std::vector<CausalLm*> models, std::span<const RankShard> ranks,
-                     const KvCachePlan& plan, RankRunners* runners, bool enforce_eager)
+                     const KvCachePlan& plan, RankRunners* runners, bool enforce_eager,
+                     std::vector<int64_t> eos_token_ids)
       : models_(std::move(models)),
         runners_(rank_runners(ranks, models_, plan, enforce_eager)),
-        ranks_(runners) {}
+        ranks_(runners),
+        eos_token_ids_(std::move(eos_token_ids)) {}
 
   void propose(std::span<const ScheduledChunk> chunks, const KvCacheManager& blocks) override {
     // The first forward catches up on every token the drafter has not seen, the last included,
@@ -144,7 +168,7 @@ class DraftModelProposer final : public Proposer {
     for (ScheduledChunk& run : runs)
       run.num_drafts = 0;
     const RunnerOutput first = execute(runs, one_row, blocks);
-    add_drafts(first.logits, first.first_row, requests_of(catch_up), 0);
+    add_drafts(first.logits, first.first_row, requests_of(catch_up), 0, eos_token_ids_);
     for (ScheduledChunk& run : catch_up)
       run.request->draft_computed = run.request->num_tokens();
     // Draft d (d >= 1) follows draft d - 1, fed at position num_tokens + d - 1: a one-token
@@ -158,7 +182,7 @@ class DraftModelProposer final : public Proposer {
         drafting.push_back(run.request);
       }
       const RunnerOutput next = execute(feeds, std::vector<int64_t>(feeds.size(), 1), blocks);
-      add_drafts(next.logits, next.first_row, drafting, d);
+      add_drafts(next.logits, next.first_row, drafting, d, eos_token_ids_);
     }
   }
 
@@ -209,6 +233,7 @@ class DraftModelProposer final : public Proposer {
   std::vector<CausalLm*> models_;                      // per rank
   std::vector<std::unique_ptr<ModelRunner>> runners_;  // per rank
   RankRunners* ranks_;                                 // with several ranks
+  std::vector<int64_t> eos_token_ids_;                 // for requests that process logits
 };
 
 // The Gemma 4 assistant, reading the target's caches (each rank's shard reading its own).
@@ -217,7 +242,7 @@ class AssistantProposer final : public Proposer {
   AssistantProposer(std::vector<Gemma4Model*> targets,
                     std::vector<const Gemma4Assistant*> assistants,
                     std::span<const RankShard> ranks, const KvCachePlan& plan, RankRunners* runners,
-                    bool enforce_eager)
+                    bool enforce_eager, std::vector<int64_t> eos_token_ids)
       : targets_(std::move(targets)),
         assistants_(std::move(assistants)),
         runners_(rank_runners(ranks, std::vector<CausalLm*>(targets_.begin(), targets_.end()), plan,
@@ -226,7 +251,8 @@ class AssistantProposer final : public Proposer {
         devices_(rank_devices(ranks)),
         target_(*targets_[0]),
         assistant_(*assistants_[0]),
-        runner_(*runners_[0]) {}
+        runner_(*runners_[0]),
+        eos_token_ids_(std::move(eos_token_ids)) {}
   ~AssistantProposer() override;
 
   void propose(std::span<const ScheduledChunk> chunks, const KvCacheManager& blocks) override {
@@ -287,7 +313,7 @@ class AssistantProposer final : public Proposer {
         states[rank] = out.hidden;
         if (rank == 0) logits = out.logits;
       });
-      add_drafts(logits, logits_rows, drafting, d);
+      add_drafts(logits, logits_rows, drafting, d, eos_token_ids_);
       for (int64_t r = 0; r < rows; ++r) {
         if (drafting[r] != nullptr) tokens[r] = requests[r]->draft_token_ids.back();
       }
@@ -314,13 +340,15 @@ class AssistantProposer final : public Proposer {
   struct DraftGraph;
 
   // Whether the requests' drafting can replay a graph: on one GPU with graphs on, models that never
-  // wait for the device, and only greedy requests, whose drafts are argmaxes taken on the device.
+  // wait for the device, and only greedy requests whose drafts are the argmaxes of their raw
+  // logits, taken on the device.
   bool can_capture(std::span<Request* const> requests) const {
     return ranks_ == nullptr && runner_.graphs_enabled() && !target_.synchronizes_with_host() &&
            !assistant_.synchronizes_with_host() &&
            static_cast<int64_t>(requests.size()) <= kMaxGraphBatch &&
-           std::all_of(requests.begin(), requests.end(),
-                       [](const Request* r) { return r->params.greedy(); });
+           std::all_of(requests.begin(), requests.end(), [](const Request* r) {
+             return r->params.greedy() && !processes_logits(*r);
+           });
   }
 
   // The K drafting steps of a padded batch as one graph: each step's argmaxes (on the device) feed
@@ -338,6 +366,7 @@ class AssistantProposer final : public Proposer {
   Gemma4Model& target_;
   const Gemma4Assistant& assistant_;
   ModelRunner& runner_;
+  std::vector<int64_t> eos_token_ids_;  // for requests that process their logits
   // By padded batch size and drafts per request.
   std::map<std::pair<int64_t, int64_t>, std::unique_ptr<DraftGraph>> graphs_;
 };
@@ -430,7 +459,8 @@ Drafter load_drafter(const SpeculativeConfig& config, Device device,
 }
 
 std::unique_ptr<Proposer> make_proposer(std::span<const RankShard> ranks, const KvCachePlan& plan,
-                                        RankRunners* runners, bool enforce_eager) {
+                                        RankRunners* runners, bool enforce_eager,
+                                        std::vector<int64_t> eos_token_ids) {
   PAGODA_CHECK(!ranks.empty() && ranks[0].drafter != nullptr, "a proposer without a drafter");
   PAGODA_CHECK((runners == nullptr) == (ranks.size() == 1),
                "a proposer for {} ranks with{} rank runners", ranks.size(), runners ? "" : "out");
@@ -457,10 +487,10 @@ std::unique_ptr<Proposer> make_proposer(std::span<const RankShard> ranks, const 
   }
   if (model) {
     return std::make_unique<DraftModelProposer>(std::move(models), ranks, plan, runners,
-                                                enforce_eager);
+                                                enforce_eager, std::move(eos_token_ids));
   }
   return std::make_unique<AssistantProposer>(std::move(targets), std::move(assistants), ranks, plan,
-                                             runners, enforce_eager);
+                                             runners, enforce_eager, std::move(eos_token_ids));
 }
 
 }  // namespace pagoda

@@ -58,8 +58,10 @@ class Proposer {
 // updates the requests between forwards. Error when the pair cannot run together (an "mtp"
 // drafter with a target that is not Gemma 4). On one GPU, unless `enforce_eager`, the assistant's
 // K drafting steps for a batch of greedy requests replay one CUDA graph, and a draft model's
-// one-token steps replay its decode graphs.
+// one-token steps replay its decode graphs. Requests with penalties or a pending min_tokens draft
+// from their logits processed as the sampler processes them (`eos_token_ids` being the model's).
 std::unique_ptr<Proposer> make_proposer(std::span<const RankShard> ranks, const KvCachePlan& plan,
-                                        RankRunners* runners, bool enforce_eager = false);
+                                        RankRunners* runners, bool enforce_eager,
+                                        std::vector<int64_t> eos_token_ids);
 
 }  // namespace pagoda

@@ -37,10 +37,6 @@ Request::Request(int64_t id, std::vector<int32_t> prompt_token_ids, SamplingPara
   if (this->params.prompt_logprobs) prompt_logprobs.assign(1, std::nullopt);
 }
 
-bool Request::can_draft() const {
-  return !params.has_penalties() && num_output_tokens() >= params.min_tokens;
-}
-
 std::vector<SampledToken> Request::output_tokens() const {
   std::vector<SampledToken> tokens;
   const std::span<const int32_t> ids = output_token_ids();

@@ -99,9 +99,6 @@ struct Request {
   // A request that wants prompt log-probabilities computes its whole prompt: it never starts from
   // a prefix-cache hit.
   bool cacheable() const { return !params.prompt_logprobs.has_value(); }
-  // Whether the next tokens depend on the logits alone, so drafts can be verified in one step: no
-  // penalties (which change with every token) and no min_tokens still ruling out a stop.
-  bool can_draft() const;
   // Whether a chunk from token `first` on computes prompt log-probabilities: a logits row per
   // token, each predicting the next prompt token. The scheduler bounds such tokens per step; the
   // sampler asks the model for their rows.

@@ -17,8 +17,7 @@ namespace {
 // prompt log-probabilities, and no minimum length still ruling out EOS.
 bool samples_from_logits(const Request& request) {
   const SamplingParams& params = request.params;
-  return !params.has_penalties() && params.logprobs == 0 &&
-         request.num_output_tokens() >= params.min_tokens && !params.prompt_logprobs.has_value();
+  return !processes_logits(request) && params.logprobs == 0 && !params.prompt_logprobs.has_value();
 }
 
 // Whether a request's drafts can be judged on the device: greedy ones by the argmax of each row;
@@ -147,9 +146,27 @@ std::vector<SampledToken> Sampler::verify(const ScheduledChunk& chunk, const flo
   Request& request = *chunk.request;
   const int64_t k = chunk.num_drafts;
   const std::span<const int32_t> drafts = std::span(request.draft_token_ids).first(k);
+  // Row j follows the request's output and drafts 0..j-1: with penalties, or min_tokens pending,
+  // the target's rows are judged as processed with that history.
+  const bool processed = processes_logits(request);
+  std::vector<int32_t> history;  // the output, then the drafts
+  if (processed) {
+    processed_.resize((k + 1) * vocab);
+    const std::span<const int32_t> output = request.output_token_ids();
+    history.assign(output.begin(), output.end());
+    history.insert(history.end(), drafts.begin(), drafts.end());
+  }
   std::vector<const float*> target_rows;
-  for (int64_t j = 0; j <= k; ++j)
-    target_rows.push_back(logits + j * vocab);
+  for (int64_t j = 0; j <= k; ++j) {
+    const float* row = logits + j * vocab;
+    if (processed) {
+      float* out = processed_.data() + j * vocab;
+      process_logits(request, config_.eos_token_ids, row, vocab,
+                     std::span(history).first(history.size() - (k - j)), out);
+      row = out;
+    }
+    target_rows.push_back(row);
+  }
   std::vector<Tensor> host_drafts;
   std::vector<const float*> draft_rows;
   if (!request.params.greedy()) {
@@ -198,16 +215,9 @@ void Sampler::record_prompt_logprobs(Request& request, int64_t first_position,
 SampledToken Sampler::sample_on_host(Request& request, const float* logits, const float* logprobs,
                                      int64_t vocab) {
   const SamplingParams& params = request.params;
-  processed_.assign(logits, logits + vocab);
-  apply_penalties(processed_.data(), vocab, request.prompt_token_ids(), request.output_token_ids(),
-                  params);
-  if (request.num_output_tokens() < params.min_tokens) {
-    for (int64_t id : config_.eos_token_ids) {
-      if (id >= 0 && id < vocab) processed_[id] = -INFINITY;
-    }
-    for (int32_t id : params.stop_token_ids)
-      processed_[id] = -INFINITY;
-  }
+  processed_.resize(vocab);
+  process_logits(request, config_.eos_token_ids, logits, vocab, request.output_token_ids(),
+                 processed_.data());
   const int32_t token = sample_token(processed_.data(), vocab, params, request.rng);
   return {token, logprobs[token], top_logprobs(logprobs, vocab, params.logprobs)};
 }
@@ -256,6 +266,25 @@ std::vector<SampledToken> sample_greedy(const Tensor& logprobs, int64_t num_top)
     out.push_back({best, row[best], top_logprobs(row, vocab, num_top)});
   }
   return out;
+}
+
+bool processes_logits(const Request& request) {
+  return request.params.has_penalties() || request.num_output_tokens() < request.params.min_tokens;
+}
+
+void process_logits(const Request& request, std::span<const int64_t> eos_token_ids,
+                    const float* logits, int64_t vocab, std::span<const int32_t> output,
+                    float* out) {
+  const SamplingParams& params = request.params;
+  std::copy(logits, logits + vocab, out);
+  apply_penalties(out, vocab, request.prompt_token_ids(), output, params);
+  if (static_cast<int64_t>(output.size()) < params.min_tokens) {
+    for (int64_t id : eos_token_ids) {
+      if (id >= 0 && id < vocab) out[id] = -INFINITY;
+    }
+    for (int32_t id : params.stop_token_ids)
+      out[id] = -INFINITY;
+  }
 }
 
 void apply_penalties(float* logits, int64_t vocab, std::span<const int32_t> prompt,

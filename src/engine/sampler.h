@@ -64,7 +64,7 @@ class Sampler {
   std::vector<std::vector<SamplingRow>> device_rows_;  // per chunk and logits row, with on_device_
   std::vector<Tensor> device_drafts_;  // the drafter's rows the device rows judge against
   std::vector<std::vector<SampledToken>> tokens_;
-  std::vector<float> processed_;  // scratch: one row of penalised logits
+  std::vector<float> processed_;  // scratch: rows of processed logits
 };
 
 // A device row that samples as `params` do with the draw `uniform`; the argmax for greedy params.
@@ -79,6 +79,16 @@ std::vector<TokenLogprob> top_logprobs(const float* row, int64_t vocab, int64_t 
 // The argmax of each row (the lowest id among equal maxima) with its log-probability and the top
 // `num_top` alternatives.
 std::vector<SampledToken> sample_greedy(const Tensor& logprobs, int64_t num_top);
+
+// Whether a request samples from processed logits: with penalties, or min_tokens still pending.
+bool processes_logits(const Request& request);
+// One row of raw logits as the request samples from it after `output` (its output tokens, or those
+// and the drafts before the row): penalties, and the stop tokens (`eos_token_ids` and the
+// request's stop_token_ids) ruled out while fewer than min_tokens came before. Writes vocab floats
+// to `out`.
+void process_logits(const Request& request, std::span<const int64_t> eos_token_ids,
+                    const float* logits, int64_t vocab, std::span<const int32_t> output,
+                    float* out);
 
 // Repetition (tokens of the prompt or the output), frequency and presence (tokens of the output)
 // penalties on one row of logits, in place.

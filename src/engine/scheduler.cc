@@ -63,8 +63,7 @@ int64_t Scheduler::chunk_tokens(const Request& request, int64_t first, int64_t b
 }
 
 int64_t Scheduler::drafts_for(const Request& request, int64_t budget) const {
-  if (config_.num_speculative_tokens == 0 || request.num_computed + 1 != request.num_tokens() ||
-      !request.can_draft()) {
+  if (config_.num_speculative_tokens == 0 || request.num_computed + 1 != request.num_tokens()) {
     return 0;
   }
   // Kept drafts and the token after them all count against max_tokens.

@@ -75,7 +75,8 @@ class Scheduler {
   int64_t chunk_tokens(const Request& request, int64_t first, int64_t budget,
                        int64_t& prompt_logprob_tokens) const;
   // Drafts to verify after a decoding request's next token, within `budget` tokens of the step:
-  // none while it cannot draft, and never more than can still be kept before max_tokens.
+  // none without a drafter or unless its last token is the only one left to compute (a decode),
+  // and never more than can still be kept before max_tokens.
   int64_t drafts_for(const Request& request, int64_t budget) const;
   void release_blocks(Request* request);  // frees its row and blocks, if it holds any
 

@@ -204,6 +204,40 @@ TEST(LlmTest, StopStringsCutMultiTokenSteps) {
   EXPECT_GT(cut_inside_the_text, 3);
 }
 
+// Requests with penalties or a pending min_tokens draft too, each row judged with the penalties of
+// the output and the drafts before it: on the trained model, whose text repeats words within a
+// few tokens, the tokens are those without drafts.
+TEST(LlmTest, PenaltiesAndMinTokensDraftWithoutChangingTokens) {
+  const std::unique_ptr<Llm> plain = Llm::load(default_options());
+  EngineOptions drafting = default_options();
+  drafting.speculative_config = R"({"num_speculative_tokens": 4})";
+  const std::unique_ptr<Llm> spec = Llm::load(drafting);
+  const std::vector<Prompt> prompts = {Prompt::of_text("In the beginning God created"),
+                                       Prompt::of_text("And the LORD said unto Moses"),
+                                       Prompt::of_text("Blessed are the")};
+  std::vector<SamplingParams> params(4, {.temperature = 0.0, .max_tokens = 40});
+  params[0].repetition_penalty = 1.15;
+  params[1].frequency_penalty = 0.4;
+  params[1].presence_penalty = 0.2;
+  params[2].frequency_penalty = -0.3;  // rewards repeats
+  params[3].min_tokens = 30;
+  params[3].max_tokens = 34;
+  int changed = 0;
+  for (const SamplingParams& p : params) {
+    for (const Prompt& prompt : prompts) {
+      const RequestOutput one = plain->generate({&prompt, 1}, p)[0];
+      const RequestOutput many = spec->generate({&prompt, 1}, p)[0];
+      EXPECT_EQ(many.token_ids, one.token_ids);
+      const SamplingParams unprocessed{.temperature = 0.0, .max_tokens = p.max_tokens};
+      if (plain->generate({&prompt, 1}, unprocessed)[0].token_ids != one.token_ids) ++changed;
+    }
+  }
+  EXPECT_GE(changed, 6);  // the penalties and min_tokens change what is generated
+  const GenerationStats stats = spec->stats().totals;
+  EXPECT_GT(stats.spec_accepted_tokens, 0);
+  EXPECT_LT(stats.spec_accepted_tokens, stats.spec_draft_tokens);
+}
+
 TEST(LlmTest, BadInputFailsBeforeAnythingRuns) {
   EXPECT_THROW(Llm::load(fixture_options("no-such-model")), Error);
   EngineOptions bad_cache = fixture_options("llama-tiny");

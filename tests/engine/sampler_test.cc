@@ -113,6 +113,45 @@ TEST(SamplerTest, Penalties) {
   EXPECT_FLOAT_EQ(logits[3], 1.5f - 0.25f - 0.5f);       // 3 / 2, then one occurrence
 }
 
+// A verify step of request `request` (its last token and `drafts`) over `rows` of raw logits: the
+// tokens the sampler keeps.
+std::vector<int32_t> verified(Sampler& sampler, Request& request, std::vector<int32_t> drafts,
+                              const std::vector<std::vector<float>>& rows) {
+  request.draft_token_ids = std::move(drafts);
+  const int64_t k = static_cast<int64_t>(request.draft_token_ids.size());
+  const ScheduledChunk chunk{&request, request.num_tokens() - 1, 1, k};
+  sampler.prepare({&chunk, 1}, false);
+  const int64_t vocab = static_cast<int64_t>(rows[0].size());
+  Tensor logits = Tensor::empty({k + 1, vocab}, DType::kF32);
+  for (int64_t j = 0; j <= k; ++j)
+    std::copy(rows[j].begin(), rows[j].end(), logits.data<float>() + j * vocab);
+  const std::vector<int64_t> first_rows = {0};
+  std::vector<int32_t> ids;
+  for (const SampledToken& token : sampler.sample(logits, first_rows)[0])
+    ids.push_back(token.token_id);
+  return ids;
+}
+
+// Verify rows are judged as the request would sample them one at a time: row j with the
+// penalties of the output and drafts 0..j-1, and the stop tokens ruled out while fewer than
+// min_tokens tokens come before it.
+TEST(SamplerTest, VerifyRowsSeeTheDraftsBeforeThem) {
+  Sampler sampler({.eos_token_ids = {0}});
+  // Presence penalty 2: the draft 2 of row 0 pushes row 1's 2 (3 - 2 = 1) below its 3 (2).
+  Request penalised(0, {5}, {.temperature = 0.0, .max_tokens = 8, .presence_penalty = 2.0}, 1);
+  EXPECT_EQ(
+      verified(sampler, penalised, {2, 2, 3},
+               {{0, 0, 3, 0, 0, 0}, {0, 0, 3, 2, 0, 0}, {0, 0, 0, 9, 0, 0}, {0, 0, 0, 0, 0, 9}}),
+      (std::vector<int32_t>{2, 3}));
+  // min_tokens 2 with nothing generated yet: EOS (0) is ruled out in rows 0 and 1 only, so row 1
+  // takes 4 and the EOS drafted for row 2 is kept.
+  Request short_of_min(1, {5}, {.temperature = 0.0, .max_tokens = 8, .min_tokens = 2}, 1);
+  EXPECT_EQ(
+      verified(sampler, short_of_min, {1, 4, 0},
+               {{9, 8, 0, 0, 0, 0}, {9, 0, 0, 0, 8, 0}, {9, 0, 0, 0, 0, 0}, {0, 0, 0, 0, 0, 9}}),
+      (std::vector<int32_t>{1, 4, 0, 5}));
+}
+
 TEST(SamplingParamsTest, ValidationNamesTheParameter) {
   const std::vector<std::pair<SamplingParams, std::string>> cases = {
       {{.temperature = -0.1}, "temperature"},

@@ -1,7 +1,7 @@
 // Speculative decoding through the engine, on the committed fixtures: with either kind of drafter,
 // greedy output is transformers' greedy output token for token, with the same log-probabilities;
-// batching, chunked prefill, prefix caching, preemption, stop tokens, max_tokens and requests that
-// cannot draft all still hold; and sampling keeps the target's distribution.
+// batching, chunked prefill, prefix caching, preemption, stop tokens, max_tokens, penalties and
+// min_tokens all still hold; and sampling keeps the target's distribution.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -226,8 +226,9 @@ TEST(SpeculativeEngineTest, MatchesTransformersAssistedGeneration) {
 // A batch under KV pressure, a small token budget (chunked prompts, trimmed drafts), a sequence
 // limit and repeated prompts (prefix-cache hits), with a drafter that keeps everything (the target
 // itself) and one that keeps little: every request gets the tokens it gets alone without drafts.
-// Requests with penalties (which cannot draft) and with stop tokens or short max_tokens (which end
-// inside a kept run) share the batch.
+// Requests with penalties or a pending min_tokens (which draft from logits processed as they are
+// judged, so the drafter that is the target keeps all their drafts too) and with stop tokens or
+// short max_tokens (which end inside a kept run) share the batch.
 TEST(SpeculativeEngineTest, SchedulingChangesNoToken) {
   int64_t preemptions = 0;
   for (const char* drafter : {"llama-tiny", "llama3-rope-tiny"}) {
@@ -236,13 +237,20 @@ TEST(SpeculativeEngineTest, SchedulingChangesNoToken) {
     std::vector<GenerationRequest> requests = reference_requests(*pair->target);
     const size_t originals = requests.size();
     for (size_t r = 0; r < originals; ++r)
-      requests.push_back(requests[r]);            // prefixes repeat
-    requests[1].params.repetition_penalty = 1.3;  // never drafts
-    requests[2].params.max_tokens = 7;            // ends inside a run of 5
+      requests.push_back(requests[r]);  // prefixes repeat
+    requests[1].params.repetition_penalty = 1.3;
+    // Penalties that reward repeats (the fixture's greedy outputs repeat no token, so penalising
+    // repeats changes nothing): each row's history, drafts included, changes its tokens.
+    requests[1 + originals].params.frequency_penalty = -0.6;
+    requests[1 + originals].params.presence_penalty = -0.5;
+    requests[2].params.max_tokens = 7;  // ends inside a run of 5
     // Stops at the fifth token it would generate, inside a run.
     const std::vector<int32_t> fourth = reference_tokens(*pair->target)[3];
     requests[3].params.stop_token_ids = {fourth[4]};
-    requests[4].params.min_tokens = 5;  // drafts only once it has 5
+    // Its third token ruled out (as a stop token) in its first 5 rows.
+    const std::vector<int32_t> fifth = reference_tokens(*pair->target)[4 % originals];
+    requests[4].params.min_tokens = 5;
+    requests[4].params.stop_token_ids = {fifth[2]};
     // The solo reference: each request alone, without drafts.
     std::vector<std::vector<int32_t>> solo;
     for (const GenerationRequest& request : requests)
@@ -250,6 +258,14 @@ TEST(SpeculativeEngineTest, SchedulingChangesNoToken) {
     EXPECT_EQ(solo[3].back(), fourth[4]);
     EXPECT_LE(solo[3].size(), 5u);
     EXPECT_EQ(solo[2].size(), 7u);
+    EXPECT_NE(solo[1 + originals], reference_tokens(*pair->target)[1]);
+    EXPECT_NE(solo[4], fifth);
+    // Requests with penalties draft, alone too.
+    for (size_t r : {size_t{1}, 1 + originals, size_t{4}}) {
+      GenerationStats alone;
+      EXPECT_EQ(token_ids(pair->run({requests[r]}, true, {}, &alone)[0]), solo[r]);
+      EXPECT_GT(alone.spec_draft_tokens, 0);
+    }
     struct Case {
       const char* label;
       SchedulerConfig scheduler;
