@@ -139,7 +139,8 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
 // L2::128B hint has L2 fetch the whole line from memory at once, which took gate_up and the
 // lm_head from 88% of copy bandwidth to 98-106% (Llama-3-8B shape, 1-8 rows). The row count is an
 // argument rather than a template parameter: a kernel specialised for 2 rows was scheduled with
-// fewer loads in flight and ran at 55-63% of copy where the others ran at 77-91%.
+// fewer loads in flight and ran at 55-63% of copy on qkv, o_proj and down where the others ran at
+// 77-91%.
 constexpr int kMmaWarps = 8;
 constexpr int kMmaSplits = 4;
 constexpr int kMmaUnroll = 4;
