@@ -526,7 +526,13 @@ void Server::State::for_each_session(
     action(session);
 }
 
-Server::Server(Limits limits) : state_(std::make_shared<State>(limits)) {}
+Server::Server(Limits limits) : state_(std::make_shared<State>(limits)) {
+  // spdlog builds its registry and default logger on first use. Built here, on the thread that
+  // makes the server, it exists before any I/O thread starts, which then only reads it: a first
+  // use from two I/O threads at once synchronises inside libspdlog, where ThreadSanitizer cannot
+  // see it and reports a race.
+  spdlog::default_logger_raw();
+}
 
 Server::~Server() {
   stop();
