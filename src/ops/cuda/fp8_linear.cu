@@ -294,25 +294,17 @@ Fp8Args fp8_args(const Weight& weight) {
 template <int kM>
 void launch_fp8_mma_gemv(const Fp8Args& args, const Tensor& out) {
   const int blocks = (args.n + 15) / 16;
-  if (out.dtype() == DType::kF32) {
-    launch(fp8_mma_gemv_kernel<kM, float>, blocks, kMmaWarps * 32, 0, stream(), args,
-           out.data<float>());
-  } else {
-    launch(fp8_mma_gemv_kernel<kM, bf16>, blocks, kMmaWarps * 32, 0, stream(), args,
-           reinterpret_cast<bf16*>(out.raw_data()));
-  }
+  with_output(out, [&]<typename Out>(Out* o) {
+    launch(fp8_mma_gemv_kernel<kM, Out>, blocks, kMmaWarps * 32, 0, stream(), args, o);
+  });
 }
 
 template <int kM>
 void launch_fp8_gemv(const Fp8Args& args, const Tensor& out) {
   const int blocks = (args.n + kRowsPerBlock - 1) / kRowsPerBlock;
-  if (out.dtype() == DType::kF32) {
-    launch(fp8_gemv_kernel<kM, float>, blocks, kWarpsPerBlock * 32, 0, stream(), args,
-           out.data<float>());
-  } else {
-    launch(fp8_gemv_kernel<kM, bf16>, blocks, kWarpsPerBlock * 32, 0, stream(), args,
-           reinterpret_cast<bf16*>(out.raw_data()));
-  }
+  with_output(out, [&]<typename Out>(Out* o) {
+    launch(fp8_gemv_kernel<kM, Out>, blocks, kWarpsPerBlock * 32, 0, stream(), args, o);
+  });
 }
 
 bool aligned_rows(const Tensor& t, int64_t element_multiple) {

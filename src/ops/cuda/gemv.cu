@@ -221,13 +221,10 @@ void launch_gemv(const Tensor& x, const Tensor& weight, const Tensor& out) {
   const int blocks = (n + kRowsPerBlock - 1) / kRowsPerBlock;
   const auto* xp = reinterpret_cast<const bf16*>(x.raw_data());
   const auto* wp = reinterpret_cast<const bf16*>(weight.raw_data());
-  if (out.dtype() == DType::kF32) {
-    launch(gemv_kernel<kM, float>, blocks, kWarpsPerBlock * 32, 0, stream(), xp, x.stride(0), wp,
-           weight.stride(0), out.data<float>(), n, k);
-  } else {
-    launch(gemv_kernel<kM, bf16>, blocks, kWarpsPerBlock * 32, 0, stream(), xp, x.stride(0), wp,
-           weight.stride(0), reinterpret_cast<bf16*>(out.raw_data()), n, k);
-  }
+  with_output(out, [&]<typename Out>(Out* o) {
+    launch(gemv_kernel<kM, Out>, blocks, kWarpsPerBlock * 32, 0, stream(), xp, x.stride(0), wp,
+           weight.stride(0), o, n, k);
+  });
 }
 
 bool aligned_rows(const Tensor& t) {
@@ -266,13 +263,10 @@ void mma_gemv(const Tensor& x, const Tensor& weight, const Tensor& out) {
   const int blocks = (n + kMmaRowsPerBlock - 1) / kMmaRowsPerBlock;
   const auto* xp = reinterpret_cast<const bf16*>(x.raw_data());
   const auto* wp = reinterpret_cast<const bf16*>(weight.raw_data());
-  if (out.dtype() == DType::kF32) {
-    launch(mma_gemv_kernel<float>, blocks, kMmaWarps * 32, 0, stream(), xp, x.stride(0), m, wp,
-           weight.stride(0), out.data<float>(), n, k);
-  } else {
-    launch(mma_gemv_kernel<bf16>, blocks, kMmaWarps * 32, 0, stream(), xp, x.stride(0), m, wp,
-           weight.stride(0), reinterpret_cast<bf16*>(out.raw_data()), n, k);
-  }
+  with_output(out, [&]<typename Out>(Out* o) {
+    launch(mma_gemv_kernel<Out>, blocks, kMmaWarps * 32, 0, stream(), xp, x.stride(0), m, wp,
+           weight.stride(0), o, n, k);
+  });
 }
 
 }  // namespace pagoda::cuda

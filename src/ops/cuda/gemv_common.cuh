@@ -1,11 +1,13 @@
 // What the matrix-vector kernels (gemv.cu for bf16 weights, fp8_linear.cu for FP8 ones) share:
 // their launch shape, streaming weight loads, the reduction of each row's split sums, and the
-// dispatch on the number of rows of x.
+// dispatch on the number of rows of x and on the output's dtype.
 #pragma once
 
 #include <cuda_bf16.h>
 
 #include <cstdint>
+
+#include "core/tensor.h"
 
 namespace pagoda::cuda::gemv_shape {
 
@@ -77,6 +79,13 @@ __device__ __forceinline__ void reduce_and_store(float (&acc)[kRowsPerWarp][kM],
       }
     }
   }
+}
+
+// body(out's data as float* or __nv_bfloat16*, as its dtype says): the kernels' Out type.
+template <typename Body>
+void with_output(const Tensor& out, Body&& body) {
+  if (out.dtype() == DType::kF32) return body(out.data<float>());
+  body(reinterpret_cast<__nv_bfloat16*>(out.raw_data()));
 }
 
 // launch.template operator()<m>() for 1 <= m <= kMax.
