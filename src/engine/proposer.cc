@@ -468,6 +468,10 @@ std::unique_ptr<Proposer> make_proposer(std::span<const RankShard> ranks, const 
   std::vector<CausalLm*> models;
   std::vector<Gemma4Model*> targets;
   std::vector<const Gemma4Assistant*> assistants;
+  const int64_t first_drafter_layer =
+      std::find_if(plan.layers.begin(), plan.layers.end(),
+                   [](const KvLayer& layer) { return layer.is_drafter(); }) -
+      plan.layers.begin();
   for (const RankShard& rank : ranks) {
     PAGODA_CHECK(rank.drafter != nullptr && (rank.drafter->model != nullptr) == model,
                  "ranks with different drafters");
@@ -481,7 +485,14 @@ std::unique_ptr<Proposer> make_proposer(std::span<const RankShard> ranks, const 
     if (gemma4 == nullptr) {
       fail("--speculative-config: the Gemma 4 assistant drafts for a Gemma 4 target only");
     }
-    rank.drafter->assistant->use_cache_scales_of(*gemma4);
+    // An assistant layer that reads a target layer's cache (as the plan resolved it) reads it
+    // with that layer's scales.
+    for (int64_t i = first_drafter_layer; i < static_cast<int64_t>(plan.layers.size()); ++i) {
+      const int64_t source = plan.layers[i].source;
+      if (source >= 0 && source < first_drafter_layer) {
+        rank.drafter->assistant->use_cache_scales_of(i - first_drafter_layer, *gemma4, source);
+      }
+    }
     targets.push_back(gemma4);
     assistants.push_back(rank.drafter->assistant.get());
   }

@@ -107,7 +107,6 @@ Gemma4Model::Gemma4Model(const ModelConfig& config, WeightSource& weights,
     }
     layers_.push_back(std::move(l));
   }
-  attention_configs_ = config.layers;
   norm_ = RmsNorm::load(weights, prefix + "norm.weight", hidden, eps);
   if (text.has("final_logit_softcapping")) {
     softcap_ = static_cast<float>(text.raw().at("final_logit_softcapping").get<double>());
@@ -236,20 +235,9 @@ Tensor Gemma4Model::embed(const std::vector<int32_t>& ids, const Tensor& device_
   return x;
 }
 
-void Gemma4Model::use_cache_scales_of(const Gemma4Model& target) {
-  for (size_t i = 0; i < layers_.size(); ++i) {
-    if (attention_configs_[i].kv_source != KvSource::kTargetLastOfKind) continue;
-    const SelfAttention* source = nullptr;  // the last of the kind that owns KV
-    for (size_t j = 0; j < target.layers_.size(); ++j) {
-      const LayerAttentionConfig& candidate = target.attention_configs_[j];
-      if (candidate.kind == attention_configs_[i].kind && candidate.kv_source == KvSource::kOwn) {
-        source = target.layers_[j].attention.get();
-      }
-    }
-    PAGODA_CHECK(source != nullptr, "drafter layer {} reads no target layer",
-                 attention_configs_[i].name);
-    layers_[i].attention->use_cache_scales_of(*source);
-  }
+void Gemma4Model::use_cache_scales_of(int64_t layer, const Gemma4Model& target,
+                                      int64_t target_layer) {
+  layers_.at(layer).attention->use_cache_scales_of(*target.layers_.at(target_layer).attention);
 }
 
 Tensor Gemma4Model::forward(const ForwardBatch& batch) {

@@ -27,10 +27,9 @@ class Gemma4Model : public CausalLm {
   // undefined for a model without them. Returns the final hidden states [T, hidden].
   Tensor run_layers(const Tensor& input, const Tensor& per_layer_inputs,
                     const ForwardBatch& batch) const;
-  // For a drafter whose layers read the target's caches (KvSource::kTargetLastOfKind): each such
-  // layer takes the cache scales of the layer it reads, `target`'s last layer of its kind that
-  // owns KV.
-  void use_cache_scales_of(const Gemma4Model& target);
+  // For a drafter whose layers read the target's caches: layer `layer` reads with the cache
+  // scales of `target`'s layer `target_layer`, whose cache the KV plan has it read.
+  void use_cache_scales_of(int64_t layer, const Gemma4Model& target, int64_t target_layer);
   // Layer `layer`'s cache scales (K's, V's).
   std::pair<float, float> cache_scales(int64_t layer) const {
     return layers_.at(layer).attention->cache_scales();
@@ -82,7 +81,6 @@ class Gemma4Model : public CausalLm {
   Tensor ple_projection_;  // [layers * P, hidden]
   RmsNorm ple_norm_;
   std::vector<Layer> layers_;
-  std::vector<LayerAttentionConfig> attention_configs_;  // config.layers
   RmsNorm norm_;
   float softcap_ = 0.0f;
 };

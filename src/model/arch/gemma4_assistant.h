@@ -25,8 +25,11 @@ class Gemma4Assistant {
   // written.
   DraftStep step(const Tensor& token_embeddings, const Tensor& hidden,
                  const ForwardBatch& batch) const;
-  // Reads `target`'s caches with the cache scales of the layers it reads (an FP8 KV cache).
-  void use_cache_scales_of(const Gemma4Model& target) { text_->use_cache_scales_of(target); }
+  // Its layer `layer` reads `target`'s layer `target_layer`'s cache, with that layer's cache
+  // scales (an FP8 KV cache).
+  void use_cache_scales_of(int64_t layer, const Gemma4Model& target, int64_t target_layer) {
+    text_->use_cache_scales_of(layer, target, target_layer);
+  }
   const Gemma4Model& text() const { return *text_; }
   // Whether a step waits for the device (an MoE block's routing), so it cannot be captured.
   bool synchronizes_with_host() const { return text_->synchronizes_with_host(); }
