@@ -179,7 +179,8 @@ nlohmann::json summarize(const std::vector<IterationTimes>& iterations, const Be
   const double p99_ms = decoded ? decode_ms[std::max<size_t>(p99_rank, 1) - 1] : 0.0;
 
   const DType dtype = loaded_weight_dtype(engine, config);
-  const WeightEstimate weights = find_architecture(config.architecture).estimate_weights(config);
+  // Under tensor parallelism each rank streams its own shard, all at once: the floor is one rank's.
+  const WeightEstimate weights = estimate_rank_weights(config, engine.tensor_parallel_size);
   const bool gpu = !engine_device(engine).is_cpu();
   const QuantizationConfig quantization =
       resolve_quantization(config.quantization, engine.quantization);
@@ -192,6 +193,8 @@ nlohmann::json summarize(const std::vector<IterationTimes>& iterations, const Be
       {"model", config.source},
       {"architecture", config.architecture},
       {"device", engine_device(engine).to_string()},
+      {"tensor_parallel_size", engine.tensor_parallel_size},
+      {"decode_context_parallel_size", engine.decode_context_parallel_size},
       {"batch_size", options.batch_size},
       {"input_len", options.input_len},
       {"output_len", options.output_len},
@@ -256,11 +259,22 @@ std::string number(const nlohmann::json& value, int digits, const char* unit = "
   return value.is_null() ? "-" : fmt::format("{:.{}f}{}", value.get<double>(), digits, unit);
 }
 
+// ", TP 2 x DCP 2 ranks" and the like; empty for one rank.
+std::string ranks_text(const nlohmann::json& r) {
+  const int64_t tp = r["tensor_parallel_size"].get<int64_t>();
+  const int64_t dcp = r["decode_context_parallel_size"].get<int64_t>();
+  if (tp == 1 && dcp == 1) return "";
+  if (dcp == 1) return fmt::format(", TP {}", tp);
+  if (tp == 1) return fmt::format(", DCP {}", dcp);
+  return fmt::format(", TP {} x DCP {}", tp, dcp);
+}
+
 void print_table(const nlohmann::json& r) {
   const nlohmann::json& step = r["decode_step_ms"];
   std::vector<std::pair<std::string, std::string>> rows = {
-      {"model", fmt::format("{} ({}) on {}", r["architecture"].get<std::string>(),
-                            r["model"].get<std::string>(), r["device"].get<std::string>())},
+      {"model",
+       fmt::format("{} ({}) on {}{}", r["architecture"].get<std::string>(),
+                   r["model"].get<std::string>(), r["device"].get<std::string>(), ranks_text(r))},
       {"batch x input -> output",
        fmt::format("{} x {} -> {}; iterations: {} timed, {} warmup", r["batch_size"].dump(),
                    r["input_len"].dump(), r["output_len"].dump(), r["num_iters"].dump(),
@@ -274,7 +288,8 @@ void print_table(const nlohmann::json& r) {
                    number(step["p99"], 3, " ms"))},
       {"decode throughput", number(r["decode_tokens_per_s"], 1, " tok/s")},
       {"end-to-end per iteration", number(r["end_to_end_ms"], 3, " ms")},
-      {"weights (dense-decoder estimate)",
+      {r["tensor_parallel_size"] == 1 ? "weights (dense-decoder estimate)"
+                                      : "weights of one rank (dense-decoder estimate)",
        fmt::format("{} {} ({:.1f} M params); {} read per decode step",
                    format_bytes(r["weight_bytes"]), r["weight_dtype"].get<std::string>(),
                    r["weight_params"].get<double>() / 1e6,

@@ -101,17 +101,6 @@ int64_t kv_bytes_per_token(const KvCachePlan& plan) {
   return bytes;
 }
 
-// The weights one rank of `size` holds: its heads' projections and its share of the MLP, with the
-// embeddings, norms and lm_head whole.
-WeightEstimate rank_weights(const ModelConfig& target, int64_t size) {
-  ModelConfig rank = rank_model_config(target, size);
-  if (size > 1) {
-    const ConfigReader text(target.text_config, target.source);
-    rank.text_config["intermediate_size"] = text.positive("intermediate_size") / size;
-  }
-  return find_architecture(rank.architecture).estimate_weights(rank);
-}
-
 // Tokens of a sequence one GiB of one rank's KV holds: under decode context parallelism a rank
 // holds one in context_parallel_size of them. Nullopt without KV.
 std::optional<int64_t> rank_tokens_per_gib(const KvCachePlan& plan) {
@@ -149,7 +138,7 @@ InspectReport build_inspect_report(const InspectOptions& options) {
   cache.context_interleave = options.dcp_kv_cache_interleave_size;
   report.tensor_parallel_size = tp;
   report.decode_context_parallel_size = dcp;
-  const WeightEstimate weights = rank_weights(report.target, tp);
+  const WeightEstimate weights = estimate_rank_weights(report.target, tp);
   report.rank_params = weights.params;
   report.rank_weight_bytes = static_cast<int64_t>(estimate_weight_bytes(
       weights.params, weights.projection_params, report.target.dtype.value_or(DType::kBF16),

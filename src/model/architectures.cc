@@ -89,6 +89,15 @@ WeightEstimate estimate_dense_decoder_weights(const ModelConfig& config) {
           .projection_params = projections};
 }
 
+WeightEstimate estimate_rank_weights(const ModelConfig& config, int64_t tp_size) {
+  ModelConfig rank = rank_model_config(config, tp_size);
+  if (tp_size > 1) {
+    const ConfigReader text(config.text_config, config.source);
+    rank.text_config["intermediate_size"] = text.positive("intermediate_size") / tp_size;
+  }
+  return find_architecture(rank.architecture).estimate_weights(rank);
+}
+
 double estimate_weight_bytes(int64_t params, int64_t projections, DType dtype,
                              const QuantizationConfig& quantization) {
   const double plain = static_cast<double>(params) * static_cast<double>(dtype_size(dtype));

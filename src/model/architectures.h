@@ -47,6 +47,11 @@ const Architecture& find_architecture(std::string_view name);
 // and an untied lm_head. Per-head q/k norms, scalars and MoE experts are not counted.
 WeightEstimate estimate_dense_decoder_weights(const ModelConfig& config);
 
+// The weights one of `tp_size` tensor-parallel ranks holds (its shard's estimate): its heads'
+// projections and its share of the MLP, with the embeddings, norms and lm_head whole. A rank's
+// decode step streams its shard's streamed_params.
+WeightEstimate estimate_rank_weights(const ModelConfig& config, int64_t tp_size);
+
 // Bytes of `params` weights, `projections` of them FP8 when `quantization` says so (a byte each
 // and an f32 scale per block), the rest in `dtype`.
 double estimate_weight_bytes(int64_t params, int64_t projections, DType dtype,

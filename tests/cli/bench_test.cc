@@ -79,6 +79,28 @@ TEST(BenchCliTest, SampledRequestsStillRunToTheirLength) {
       1, 5);
 }
 
+// Under tensor parallelism the weights reported (and the floor made from them) are one rank's:
+// its half of every projection, with the embeddings, norms and lm_head whole.
+TEST(BenchCliTest, TensorParallelReportsOneRanksWeights) {
+  const std::string shape = "--batch-size 2 --input-len 8 --output-len 3 --num-iters 1 --json";
+  const CliRun one = run_bench(shape);
+  const CliRun two = run_bench(shape + " --tensor-parallel-size 2");
+  ASSERT_EQ(one.exit_code, 0) << one.err;
+  ASSERT_EQ(two.exit_code, 0) << two.err;
+  const nlohmann::json a = nlohmann::json::parse(one.out);
+  const nlohmann::json b = nlohmann::json::parse(two.out);
+  EXPECT_EQ(a["tensor_parallel_size"], 1);
+  EXPECT_EQ(b["tensor_parallel_size"], 2);
+  EXPECT_EQ(b["decode_context_parallel_size"], 1);
+  // llama-tiny's projections per layer: q and o 64 x 64, k and v 64 x 32, gate, up and down
+  // 64 x 128: 36 864, in 2 layers. A rank of 2 holds half of them, in f32.
+  const int64_t half = 2 * (2 * 64 * 64 + 2 * 64 * 32 + 3 * 64 * 128) / 2;
+  EXPECT_EQ(a["weight_params"].get<int64_t>() - b["weight_params"].get<int64_t>(), half);
+  EXPECT_EQ(a["streamed_weight_bytes"].get<int64_t>() - b["streamed_weight_bytes"].get<int64_t>(),
+            4 * half);
+  EXPECT_EQ(a["decode_steps"], b["decode_steps"]);
+}
+
 TEST(BenchCliTest, TableByDefault) {
   const CliRun run = run_bench("--batch-size 1 --input-len 4 --output-len 1 --num-iters 1");
   ASSERT_EQ(run.exit_code, 0) << run.err;
