@@ -8,6 +8,10 @@
 // mean of 6e-2, 0.5 at worst), and greedy sequences that part only at a near-tie (0.1), except in
 // MoE models. Skipped without a device.
 //
+// With a GPU per rank (CudaNcclParallelTest), the same splits run over NCCL through the library
+// facade, as `pagoda serve` builds its engine, with CUDA graphs and eagerly, against one GPU run
+// the same way. Skipped on machines with fewer GPUs than ranks.
+//
 // mimo-tiny runs under TP only: DCP rounds each rank's attention output to bf16 before the merge,
 // and its random-weight router turns that into other experts. Rounding only those parts on the
 // CPU moves its log-probabilities by up to 2.1 (0.02 to 0.06 for the other fixtures); the CPU
@@ -16,12 +20,14 @@
 
 #include <fstream>
 
+#include "engine/llm.h"
 #include "engine/proposer.h"
 #include "engine/speculative_config.h"
 #include "model/fixtures.h"
 #include "model/gpu_runs.h"
 #include "model/tensor_parallel.h"
 #include "parallel/cpu_communicator.h"
+#include "parallel/nccl_communicator.h"
 
 namespace pagoda {
 namespace {
@@ -128,11 +134,10 @@ void PrintTo(const Case& c, std::ostream* out) {
 
 class CudaParallelTest : public ::testing::TestWithParam<Case> {};
 
-TEST_P(CudaParallelTest, MatchesOneGpu) {
-  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
-  const Case& c = GetParam();
-  const GpuRun one = run_ranks(c.fixture, {}, c.drafter);
-  const GpuRun many = run_ranks(c.fixture, c.split, c.drafter);
+// `many` (c's split) against `one` (one GPU): prompt log-probabilities within bf16 rounding, and
+// greedy tokens that part only at a near-tie (MoE excepted).
+void expect_matches(const Case& c, const GpuRun& one, const GpuRun& many,
+                    const std::string& label) {
   const Difference d = compare(many.run.prompt_logprobs, one.run.prompt_logprobs);
   EXPECT_LE(d.mean, kMean);
   EXPECT_LE(d.worst, kWorst);
@@ -150,19 +155,91 @@ TEST_P(CudaParallelTest, MatchesOneGpu) {
   std::printf(
       "[ cuda     ] %s: prompt logprobs vs one GPU mean %.2e worst %.2e; greedy tokens before a "
       "near-tie split %.2f\n",
-      case_name(c).c_str(), d.mean, d.worst, same);
+      label.c_str(), d.mean, d.worst, same);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Fixtures, CudaParallelTest,
-    ::testing::Values(Case{"llama-tiny", {.tp = 2}}, Case{"llama-tiny", {.dcp = 2}},
-                      Case{"llama-tiny", {.tp = 2, .dcp = 2, .interleave = 2}},
-                      Case{"qwen3-tiny", {.tp = 2}}, Case{"gemma4-tiny", {.dcp = 2}},
-                      Case{"gemma4-tiny", {.tp = 2, .dcp = 2}}, Case{"mimo-tiny", {.tp = 2}},
-                      Case{"kjv-gemma4", {.dcp = 2}},
-                      Case{"llama-tiny", {.tp = 2, .dcp = 2}, "llama-tiny"},
-                      Case{"gemma4-tiny", {.dcp = 2}, "gemma4-assistant-tiny"}),
-    [](const auto& info) { return case_name(info.param); });
+TEST_P(CudaParallelTest, MatchesOneGpu) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  const Case& c = GetParam();
+  expect_matches(c, run_ranks(c.fixture, {}, c.drafter), run_ranks(c.fixture, c.split, c.drafter),
+                 case_name(c));
+}
+
+const Case kCases[] = {Case{"llama-tiny", {.tp = 2}},
+                       Case{"llama-tiny", {.dcp = 2}},
+                       Case{"llama-tiny", {.tp = 2, .dcp = 2, .interleave = 2}},
+                       Case{"qwen3-tiny", {.tp = 2}},
+                       Case{"gemma4-tiny", {.dcp = 2}},
+                       Case{"gemma4-tiny", {.tp = 2, .dcp = 2}},
+                       Case{"mimo-tiny", {.tp = 2}},
+                       Case{"kjv-gemma4", {.dcp = 2}},
+                       Case{"llama-tiny", {.tp = 2, .dcp = 2}, "llama-tiny"},
+                       Case{"gemma4-tiny", {.dcp = 2}, "gemma4-assistant-tiny"}};
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, CudaParallelTest, ::testing::ValuesIn(kCases),
+                         [](const auto& info) { return case_name(info.param); });
+
+// The fixture's reference prompts, greedy, through Llm::load on GPUs 0 to ranks - 1 (NCCL between
+// them), eagerly or with CUDA graphs.
+GpuRun run_llm(const std::string& name, const Split& split, const std::string& drafter,
+               bool eager) {
+  EngineOptions options;
+  options.paths.model_dir = checkpoint_dir(name);
+  options.device = "cuda";
+  options.enforce_eager = eager;
+  options.tensor_parallel_size = split.tp;
+  options.decode_context_parallel_size = split.dcp;
+  options.dcp_kv_cache_interleave_size = split.interleave;
+  options.cache.dtype = "bfloat16";
+  options.cache.block_size = 4;
+  options.cache.max_model_len = 256;
+  options.cache.num_blocks = 300;
+  if (!drafter.empty()) {
+    options.speculative_config =
+        fmt::format(R"({{"model": "{}", "num_speculative_tokens": 3}})", checkpoint_dir(drafter));
+  }
+  const std::unique_ptr<Llm> llm = Llm::load(options);
+  std::ifstream file(std::string(PAGODA_SOURCE_DIR) + "/tests/fixtures/" + name +
+                     "/reference.json");
+  std::vector<Prompt> prompts;
+  std::vector<SamplingParams> params;
+  for (GenerationRequest& request : greedy_requests(nlohmann::json::parse(file)["prompts"])) {
+    prompts.push_back(Prompt::of_ids(std::move(request.prompt_token_ids)));
+    params.push_back(request.params);
+  }
+  GpuRun out;
+  for (const RequestOutput& result : llm->generate_each(prompts, params)) {
+    EXPECT_EQ(result.finish_reason, FinishReason::kLength);
+    std::vector<SampledToken>& tokens = out.run.tokens.emplace_back();
+    for (size_t i = 0; i < result.token_ids.size() && i < result.logprobs.size(); ++i)
+      tokens.push_back({result.token_ids[i], result.logprobs[i].logprob, result.logprobs[i].top});
+    std::vector<double>& logprobs = out.run.prompt_logprobs.emplace_back();
+    for (size_t i = 1; i < result.prompt_logprobs.size(); ++i)
+      logprobs.push_back(result.prompt_logprobs[i]->logprob);
+  }
+  out.stats = llm->stats().totals;
+  return out;
+}
+
+class CudaNcclParallelTest : public ::testing::TestWithParam<std::tuple<Case, bool>> {};
+
+TEST_P(CudaNcclParallelTest, MatchesOneGpu) {
+  const auto& [c, eager] = GetParam();
+  const int64_t ranks = world_size(c.split.tp, c.split.dcp);
+  if (!nccl_available_in_build() || cuda_device_count() < ranks) {
+    GTEST_SKIP() << "needs NCCL and " << ranks << " GPUs";
+  }
+  expect_matches(c, run_llm(c.fixture, {}, c.drafter, eager),
+                 run_llm(c.fixture, c.split, c.drafter, eager),
+                 case_name(c) + (eager ? " over NCCL, eager" : " over NCCL, graphs"));
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, CudaNcclParallelTest,
+                         ::testing::Combine(::testing::ValuesIn(kCases), ::testing::Bool()),
+                         [](const auto& info) {
+                           return case_name(std::get<0>(info.param)) +
+                                  (std::get<1>(info.param) ? "_eager" : "_graphs");
+                         });
 
 }  // namespace
 }  // namespace pagoda
