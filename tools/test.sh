@@ -20,6 +20,16 @@ pagoda_build build/release -DPAGODA_BUILD_TESTS=ON -DPAGODA_SANITIZE=OFF -DPAGOD
   -DPAGODA_PYTHON=ON -DPython3_EXECUTABLE=/usr/bin/python3
 ctest --test-dir build/release --output-on-failure --no-tests=error -j "$(nproc)"
 
+echo "== pip install into a virtual environment, and the Python tests against what it installed"
+# Offline, with Debian's setuptools; setup.py builds the module in build/release, configured above.
+rm -rf build/venv
+/usr/bin/python3 -m venv --system-site-packages build/venv
+PAGODA_BUILD_DIR="$PWD/build/release" build/venv/bin/pip install --quiet --no-build-isolation \
+  --no-index .
+(cd build/venv && bin/python -c 'import pagoda, sys; assert pagoda.__file__.startswith(sys.prefix)' &&
+  PAGODA_BIN="$OLDPWD/build/release/src/pagoda" PAGODA_SOURCE_DIR="$OLDPWD" \
+    bin/python -m pytest -q -p no:cacheprovider "$OLDPWD/python/tests")
+
 echo "== the installed package, and the C++ example built against it"
 rm -rf build/install build/example
 cmake --install build/release --prefix build/install >/dev/null
