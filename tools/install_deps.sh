@@ -7,7 +7,7 @@ pagoda_packages=(
   nlohmann-json3-dev libcli11-dev libfmt-dev libspdlog-dev libopenblas-dev libxxhash-dev
   libpcre2-dev libutf8proc-dev libboost-dev
   libgtest-dev libgmock-dev googletest
-  pybind11-dev python3-dev python3-pytest python3-venv python3-setuptools
+  pybind11-dev python3-dev python3-pytest python3-venv python3-setuptools python3-wheel
 )
 
 pagoda_install_deps() {
