@@ -7,6 +7,9 @@
 // runtime block stride; a second table reads e4m3 pages (--kv-cache-dtype fp8) against bf16 ones.
 // Inputs rotate over several disjoint block sets so the L2 cache does not serve repeated runs.
 //
+// Verify (head size 128): 1 to 8 query rows per sequence, as speculative decoding's verify steps
+// attend, against one row.
+//
 // Prefill (head sizes 128 and 256): causal prompts of 512 to 32k tokens, about 32k tokens a batch,
 // whose K/V are already in the pages, in TFLOP/s.
 //
@@ -148,8 +151,11 @@ double checked_distance(const Tensor& peer, const Tensor& reference, int64_t hea
 }
 #endif
 
+// `rows` query tokens per sequence (a token and its drafts, as a verify step has), the last at
+// position context - 1; `fixed_splits` as a CUDA graph's plan fixes them (0: chosen per call).
 Result run_case(const Tensor& pool, DType dtype, PageOrder order, int64_t page_padding,
-                int64_t batch, int64_t context, Peer peer, std::mt19937& rng) {
+                int64_t batch, int64_t context, Peer peer, std::mt19937& rng, int64_t rows = 1,
+                int64_t fixed_splits = 0) {
   const KvPageShape page{.block_size = kBlock,
                          .num_kv_heads = kKvHeads,
                          .head_size_k = kHead,
@@ -172,25 +178,27 @@ Result run_case(const Tensor& pool, DType dtype, PageOrder order, int64_t page_p
   std::vector<std::unique_ptr<cuda::DeviceMetadata>> plans;
   for (int64_t s = 0; s < sets; ++s) {
     AttentionMetadata meta;
-    meta.num_actual_tokens = batch;
+    meta.num_actual_tokens = batch * rows;
     meta.num_decode_seqs = batch;
-    meta.num_decode_tokens = batch;
+    meta.num_decode_tokens = batch * rows;
     meta.block_table = std::span<const int32_t>(blocks.data() + s * blocks_per_set, blocks_per_set);
     meta.block_table_stride = blocks_per_seq;
     for (int64_t b = 0; b < batch; ++b) {
-      meta.query_start.push_back(b);
+      meta.query_start.push_back(b * rows);
       meta.seq_lens.push_back(context);
       meta.block_table_rows.push_back(static_cast<int32_t>(b));
-      meta.slot_mapping.push_back(-1);
     }
-    meta.query_start.push_back(batch);
-    auto plan = std::make_unique<cuda::DeviceMetadata>(batch, batch, blocks_per_seq, kBlock);
+    meta.slot_mapping.assign(batch * rows, -1);
+    meta.query_start.push_back(batch * rows);
+    auto plan = std::make_unique<cuda::DeviceMetadata>(batch, batch * rows, blocks_per_seq, kBlock);
+    plan->fixed_decode_splits = fixed_splits;
     plan->update(meta);
     plans.push_back(std::move(plan));
   }
-  const Tensor query = Tensor::empty({batch, kQHeads, kHead}, DType::kBF16, Device::cuda(0));
+  const Tensor query = Tensor::empty({batch * rows, kQHeads, kHead}, DType::kBF16, Device::cuda(0));
   fill_random(query, 3);
-  const Tensor output = Tensor::empty({batch, kQHeads * kHead}, DType::kBF16, Device::cuda(0));
+  const Tensor output =
+      Tensor::empty({batch * rows, kQHeads * kHead}, DType::kBF16, Device::cuda(0));
   const AttentionLayerParams params = layer_params(kHead);
   Result result;
   const double ms = bench::graph_median_ms(7, 20, [&](int i) {
@@ -355,8 +363,33 @@ void print_prefill_table(const Tensor& pool, std::mt19937& rng) {
     fmt::print("\n({}) pagoda refused the shape: {}\n", i + 1, refusals[i]);
 }
 
+// Verify steps: 1 to 8 query rows per sequence (a token and up to 7 drafts), each row with its
+// 4 query heads of a KV head, so more than 4 rows need a second 16-row tile. Splits fixed as a
+// decode step's CUDA graph fixes them (for max_model_len 4096), against the one-row step.
+void print_verify_table(const Tensor& pool, double copy, std::mt19937& rng) {
+  fmt::print(
+      "\nverify: query rows per sequence (1 + drafts), splits as a graph of max_model_len 4096 "
+      "fixes them:\n\n");
+  fmt::print("| batch | context | rows | row tiles | µs | ÷ 1 row | % of copy |\n");
+  fmt::print("|---:|---:|---:|---:|---:|---:|---:|\n");
+  for (int64_t batch : {1, 16}) {
+    const int64_t splits = cuda::decode_splits_for(kHead, kHead, batch * kKvHeads, 4096);
+    for (int64_t context : {576, 4096}) {
+      double one_row = 0;
+      for (int64_t rows = 1; rows <= 8; ++rows) {
+        const Result r = run_case(pool, DType::kBF16, PageOrder::kNhd, 0, batch, context,
+                                  Peer::kNone, rng, rows, splits);
+        if (rows == 1) one_row = r.us;
+        fmt::print("| {} | {} | {} | {} | {:.1f} | {:.2f} | {:.1f}% |\n", batch, context, rows,
+                   (rows * kQHeads / kKvHeads + 15) / 16, r.us, r.us / one_row,
+                   100 * r.bandwidth / copy);
+      }
+    }
+  }
+}
+
 // With no arguments: the tables. With BATCH CONTEXT [hnd] [fp8]: that one decode case, pagoda
-// alone (for a profiler).
+// alone (for a profiler). With "verify": the verify table alone.
 void run(int argc, char** argv) {
   const double copy = bench::copy_bandwidth();
   fmt::print("device-to-device copy: {:.0f} GB/s (read + write)\n\n", copy / 1e9);
@@ -364,6 +397,10 @@ void run(int argc, char** argv) {
   fill_random(pool.reinterpret(DType::kBF16), 7);
   const int64_t page_bytes = kBlock * kKvHeads * kHead * 2 * 2;
   std::mt19937 rng(1);
+  if (argc == 2 && std::string(argv[1]) == "verify") {
+    print_verify_table(pool, copy, rng);
+    return;
+  }
   if (argc >= 3) {
     const PageOrder order =
         argc >= 4 && std::string(argv[3]) == "hnd" ? PageOrder::kHnd : PageOrder::kNhd;
@@ -417,7 +454,8 @@ void run(int argc, char** argv) {
                  fp8.bandwidth / 1e9, 100 * fp8.bandwidth / copy, fp8.us / bf16_us[cell++]);
     }
   }
-  fill_random(pool.reinterpret(DType::kBF16), 7);  // prefill reads bf16 pages again
+  fill_random(pool.reinterpret(DType::kBF16), 7);  // verify and prefill read bf16 pages again
+  print_verify_table(pool, copy, rng);
   print_prefill_table(pool, rng);
 }
 

@@ -5,7 +5,8 @@
 #           eagerly, drafts judged on the device and on the host (tests/engine/cuda_speculative_test.cc).
 #   kjv:    the default model with its assistant, batch 1 and 16, with and without drafts:
 #           acceptance on its own text (generate --stats) and decode throughput (bench).
-#   bench:  Llama-3-8B shape (dummy weights) verifying K = 1..4 drafts of a Llama-3.2-1B-shaped
+#   bench:  the attention kernel at 1 to 8 query rows per sequence (attention_bench verify);
+#           Llama-3-8B shape (dummy weights) verifying K = 1..4 drafts of a Llama-3.2-1B-shaped
 #           draft model against a plain decode step, batch 1 and 16; the Gemma-4-E4B-shaped
 #           assistant's drafting time on the E4B shape, K = 3.
 # Usage: bash tools/gpu_spec_check.sh [checks|kjv|bench|all] [BUILD_DIR]   (default all,
@@ -46,6 +47,8 @@ if [ "$part" = kjv ] || [ "$part" = all ]; then
 fi
 
 if [ "$part" = bench ] || [ "$part" = all ]; then
+  # The attention kernel alone at 1 to 8 query rows per sequence (where the row tiles change).
+  step_tail=40 step attention_verify "$build/src/attention_bench" verify
   common=(--load-format dummy --device cuda --max-model-len 4096 --input-len 512 --output-len 64
     --num-iters 2 --json)
   for batch in 1 16; do
