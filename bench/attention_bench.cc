@@ -365,24 +365,37 @@ void print_prefill_table(const Tensor& pool, std::mt19937& rng) {
 
 // Verify steps: 1 to 8 query rows per sequence (a token and up to 7 drafts), each row with its
 // 4 query heads of a KV head, so more than 4 rows need a second 16-row tile. Splits fixed as a
-// decode step's CUDA graph fixes them (for max_model_len 4096), against the one-row step.
+// decode step's CUDA graph fixes them (for max_model_len 4096), against the one-row step; and,
+// with two tiles, splits chosen for sequences × KV heads × tiles instead (fewer, longer splits).
 void print_verify_table(const Tensor& pool, double copy, std::mt19937& rng) {
   fmt::print(
       "\nverify: query rows per sequence (1 + drafts), splits as a graph of max_model_len 4096 "
       "fixes them:\n\n");
-  fmt::print("| batch | context | rows | row tiles | µs | ÷ 1 row | % of copy |\n");
-  fmt::print("|---:|---:|---:|---:|---:|---:|---:|\n");
+  fmt::print(
+      "| batch | context | rows | row tiles | splits | µs | ÷ 1 row | % of copy | splits for "
+      "pairs × tiles | µs |\n");
+  fmt::print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
   for (int64_t batch : {1, 16}) {
     const int64_t splits = cuda::decode_splits_for(kHead, kHead, batch * kKvHeads, 4096);
     for (int64_t context : {576, 4096}) {
       double one_row = 0;
       for (int64_t rows = 1; rows <= 8; ++rows) {
+        const int64_t tiles = (rows * kQHeads / kKvHeads + 15) / 16;
         const Result r = run_case(pool, DType::kBF16, PageOrder::kNhd, 0, batch, context,
                                   Peer::kNone, rng, rows, splits);
         if (rows == 1) one_row = r.us;
-        fmt::print("| {} | {} | {} | {} | {:.1f} | {:.2f} | {:.1f}% |\n", batch, context, rows,
-                   (rows * kQHeads / kKvHeads + 15) / 16, r.us, r.us / one_row,
-                   100 * r.bandwidth / copy);
+        // The alternative: splits chosen for the CTAs the row tiles make, fewer of them each.
+        const int64_t tile_splits =
+            cuda::decode_splits_for(kHead, kHead, batch * kKvHeads * tiles, 4096);
+        const std::string alternative =
+            tiles == 1 ? "- | -"
+                       : fmt::format("{} | {:.1f}", tile_splits,
+                                     run_case(pool, DType::kBF16, PageOrder::kNhd, 0, batch,
+                                              context, Peer::kNone, rng, rows, tile_splits)
+                                         .us);
+        fmt::print("| {} | {} | {} | {} | {} | {:.1f} | {:.2f} | {:.1f}% | {} |\n", batch, context,
+                   rows, tiles, splits, r.us, r.us / one_row, 100 * r.bandwidth / copy,
+                   alternative);
       }
     }
   }
