@@ -10,8 +10,8 @@
 // Verify (head size 128): 1 to 8 query rows per sequence, as speculative decoding's verify steps
 // attend, against one row.
 //
-// Prefill (head sizes 128 and 256): causal prompts of 512 to 32k tokens, about 32k tokens a batch,
-// whose K/V are already in the pages, in TFLOP/s.
+// Prefill (head sizes 128, 256 and 512, Gemma 4's full layers): causal prompts of 512 to 32k
+// tokens, about 32k tokens a batch, whose K/V are already in the pages, in TFLOP/s.
 //
 // Built with PAGODA_FLASHINFER_DIR, FlashInfer's kernels are timed beside pagoda's on the same
 // pages and block sets (bench/flashinfer_peer.h), after a check that both compute the same.
@@ -94,6 +94,29 @@ void fill_random(const Tensor& t, uint32_t seed) {
   }
 }
 
+// The largest relative L2 distance of `a`'s rows of `head` bf16 elements from `b`'s.
+double relative_distance(const Tensor& a_device, const Tensor& b_device, int64_t head) {
+  const Tensor a = a_device.to(Device::cpu());
+  const Tensor b = b_device.to(Device::cpu());
+  const uint16_t* a_bits = a.data<uint16_t>();
+  const uint16_t* b_bits = b.data<uint16_t>();
+  double worst = 0;
+  for (int64_t row = 0; row < a.numel() / head; ++row) {
+    double diff = 0;
+    double norm = 0;
+    for (int64_t i = row * head; i < (row + 1) * head; ++i) {
+      const double x = bf16_to_f32(a_bits[i]);
+      const double y = bf16_to_f32(b_bits[i]);
+      diff += (x - y) * (x - y);
+      norm += y * y;
+    }
+    const double distance = std::sqrt(diff / std::max(norm, 1e-30));
+    if (std::isnan(distance)) return distance;
+    worst = std::max(worst, distance);
+  }
+  return worst;
+}
+
 #if PAGODA_WITH_FLASHINFER
 // FlashInfer's view of a pagoda cache and plan: the same pages, block tables and tensors.
 bench::FlashInferBatch flashinfer_batch(const AttentionLayerParams& params,
@@ -124,30 +147,14 @@ bench::FlashInferBatch flashinfer_batch(const AttentionLayerParams& params,
 // mislead.
 double checked_distance(const Tensor& peer, const Tensor& reference, int64_t head,
                         const std::string& what) {
-  const Tensor a = peer.to(Device::cpu());
-  const Tensor b = reference.to(Device::cpu());
-  const uint16_t* a_bits = a.data<uint16_t>();
-  const uint16_t* b_bits = b.data<uint16_t>();
-  double worst = 0;
-  for (int64_t row = 0; row < a.numel() / head; ++row) {
-    double diff = 0;
-    double norm = 0;
-    for (int64_t i = row * head; i < (row + 1) * head; ++i) {
-      const double x = bf16_to_f32(a_bits[i]);
-      const double y = bf16_to_f32(b_bits[i]);
-      diff += (x - y) * (x - y);
-      norm += y * y;
-    }
-    const double distance = std::sqrt(diff / std::max(norm, 1e-30));
-    if (!(distance <= kMaxPeerDistance)) {
-      fail(
-          "FlashInfer's output for {} differs from pagoda's by {:.3g} (relative L2, row {}); "
-          "the limit is {}",
-          what, distance, row, kMaxPeerDistance);
-    }
-    worst = std::max(worst, distance);
+  const double distance = relative_distance(peer, reference, head);
+  if (!(distance <= kMaxPeerDistance)) {
+    fail(
+        "FlashInfer's output for {} differs from pagoda's by {:.3g} (relative L2); the limit is "
+        "{}",
+        what, distance, kMaxPeerDistance);
   }
-  return worst;
+  return distance;
 }
 #endif
 
@@ -232,8 +239,11 @@ Result run_case(const Tensor& pool, DType dtype, PageOrder order, int64_t page_p
 struct PrefillResult {
   std::string refusal;  // why pagoda refused the shape; empty where it ran
   double us = 0;
-  double flops = 0;    // per second
-  double peer_us = 0;  // 0 where no peer was timed
+  double flops = 0;          // per second
+  double wide_us = 0;        // with 128-row CTAs (heads of 128 and 256); 0 elsewhere
+  double wide_flops = 0;     // per second
+  double wide_distance = 0;  // the largest relative L2 distance of its rows from the default's
+  double peer_us = 0;        // 0 where no peer was timed
   double peer_flops = 0;
   double peer_distance = 0;
 };
@@ -313,6 +323,17 @@ PrefillResult run_prefill(const Tensor& pool, int64_t head, int64_t batch, int64
     result.us = ms * 1e3;
     result.flops = flops / (ms * 1e-3);
   }
+  if (result.refusal.empty() && (head == 128 || head == 256)) {
+    // The same with 128-row CTAs (8 warps), checked against the default's output first.
+    const Tensor reference = output.to(Device::cpu());
+    plan.prefill_rows = 128;
+    attend();
+    result.wide_distance = relative_distance(output, reference, head);
+    const double ms = bench::graph_median_ms(5, 4, [&](int) { attend(); });
+    result.wide_us = ms * 1e3;
+    result.wide_flops = flops / (ms * 1e-3);
+    plan.prefill_rows = 0;
+  }
   return result;
 }
 
@@ -340,15 +361,22 @@ void print_prefill_table(const Tensor& pool, std::mt19937& rng) {
     peer_header = " FlashInfer µs | TFLOP/s | pagoda ÷ FlashInfer time | max rel. diff |";
     peer_rule = "---:|---:|---:|---:|";
   }
-  fmt::print("| head | prompts | µs | TFLOP/s |{}\n", peer_header);
-  fmt::print("|---:|---:|---:|---:|{}\n", peer_rule);
+  fmt::print(
+      "128-row CTAs: the same kernel with 8 warps of 16 rows (heads of 128 and 256), against the "
+      "64-row default; rel. diff from the default's output.\n\n");
+  fmt::print("| head | prompts | µs | TFLOP/s | 128-row µs | TFLOP/s | rel. diff |{}\n",
+             peer_header);
+  fmt::print("|---:|---:|---:|---:|---:|---:|---:|{}\n", peer_rule);
   std::vector<std::string> refusals;
-  for (int64_t head : {128, 256}) {
+  for (int64_t head : {128, 256, 512}) {
     for (const auto& [batch, prompt] : kPrefillBatches) {
       const PrefillResult r = run_prefill(pool, head, batch, prompt, kPeer, rng);
       std::string cells = r.refusal.empty()
                               ? fmt::format(" {:.0f} | {:.0f} |", r.us, r.flops / 1e12)
                               : fmt::format(" — ({}) | — |", refusals.size() + 1);
+      cells += r.wide_us > 0 ? fmt::format(" {:.0f} | {:.0f} | {:.1e} |", r.wide_us,
+                                           r.wide_flops / 1e12, r.wide_distance)
+                             : " — | — | — |";
       if (!r.refusal.empty()) refusals.push_back(r.refusal);
       if (r.peer_us > 0) {
         cells += fmt::format(" {:.0f} | {:.0f} | ", r.peer_us, r.peer_flops / 1e12);

@@ -35,7 +35,8 @@ constexpr Launch kKernel = &flashinfer::BatchPrefillWithPagedKVCacheDispatched<
 
 // The instantiation for the query tile (rows of query heads packed per CTA) that the plan chose.
 // Only the tiles FlashInfer's plan picks for this benchmark's shapes on sm_90 are compiled (16 for
-// decode's 4 packed rows, 128 for long prompts of head 128, 64 of head 256): each instantiation
+// decode's 4 packed rows, 128 for long prompts of head 128, 64 of head 256, 32 of head 512, where
+// FlashInfer splits V's 512 columns to fit its registers): each instantiation
 // is four kernels, and a build of every tile would take several times as long.
 Launch choose_kernel(Mask mask, int64_t head_size, int64_t tile_q) {
   using flashinfer::MaskMode;
@@ -47,6 +48,9 @@ Launch choose_kernel(Mask mask, int64_t head_size, int64_t tile_q) {
   }
   if (mask == Mask::kCausal && head_size == 256 && tile_q == 64) {
     return kKernel<64, 256, MaskMode::kCausal>;
+  }
+  if (mask == Mask::kCausal && head_size == 512 && tile_q == 32) {
+    return kKernel<32, 512, MaskMode::kCausal>;
   }
   fail("FlashInfer peer: no {} kernel built for head size {} with a query tile of {}",
        mask == Mask::kCausal ? "causal" : "unmasked", head_size, tile_q);
@@ -226,8 +230,8 @@ std::unique_ptr<FlashInferAttention> FlashInferAttention::decode(const FlashInfe
 }
 
 std::unique_ptr<FlashInferAttention> FlashInferAttention::prefill(const FlashInferBatch& batch) {
-  if (batch.head_size != 128 && batch.head_size != 256) {
-    fail("FlashInfer prefill is built for head sizes 128 and 256, not {}", batch.head_size);
+  if (batch.head_size != 128 && batch.head_size != 256 && batch.head_size != 512) {
+    fail("FlashInfer prefill is built for head sizes 128, 256 and 512, not {}", batch.head_size);
   }
   return std::unique_ptr<FlashInferAttention>(new FlashInferAttention(
       std::make_unique<FlashInferPlan>(batch, batch.seq_lens, Mask::kCausal)));

@@ -44,7 +44,7 @@ class FlashInferAttention {
   // One query row per sequence (T = num_seqs) over its whole cache. Head size 128 only.
   static std::unique_ptr<FlashInferAttention> decode(const FlashInferBatch& batch);
   // Whole prompts, causal: sequence s has seq_lens[s] query rows, rows in sequence order
-  // (T = the sum of seq_lens). Head sizes 128 and 256.
+  // (T = the sum of seq_lens). Head sizes 128, 256 and 512.
   static std::unique_ptr<FlashInferAttention> prefill(const FlashInferBatch& batch);
   ~FlashInferAttention();
   FlashInferAttention(const FlashInferAttention&) = delete;

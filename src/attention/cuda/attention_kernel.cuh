@@ -16,7 +16,8 @@
 // online-softmax states are merged through shared memory at the end. Long contexts split across
 // CTAs; each writes a partial (O / l, log2-sum-exp) and the last CTA of a (sequence, KV head) to
 // finish merges them, found through a counter it resets for the next launch. Prefill
-// (kRowTiles = 4): each of 4 warps owns 16 of 64 rows and reads every key of each chunk.
+// (kRowTiles = 4, or 8 where a plan asks for 128-row CTAs): each warp owns 16 of the rows and reads
+// every key of each chunk.
 //
 // Under decode context parallelism the cache holds one rank's share of each sequence's tokens, in
 // order: the CTA walks the local indices of the rank's keys in its rows' range, each row's window

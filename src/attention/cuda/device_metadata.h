@@ -49,6 +49,9 @@ class DeviceMetadata {
   // KV splits per decoding (sequence, KV head). 0 chooses per step from the lengths; a CUDA graph
   // fixes it, since its grid is captured.
   int64_t fixed_decode_splits = 0;
+  // Query rows per prefill CTA: 0 or 64 (4 warps of 16 rows), or 128 (8 warps) for heads of 128
+  // and 256, which benchmarks compare (attention_bench); other heads keep 64.
+  int64_t prefill_rows = 0;
 
   // Scratch for split-KV partial results: at least `floats` f32 and `counters` zeroed int32
   // counters. Grows (outside graph capture only) and keeps its contents' zero invariant.

@@ -145,6 +145,21 @@ void with_kernel(int64_t dk, int64_t dv, bool wide, Body&& body) {
   fail("CUDA attention has no kernel for head sizes K {} / V {}", dk, dv);
 }
 
+// Calls body(Kernel<...>{}) for prefill CTAs of 8 row tiles (128 rows, 8 warps) at these head
+// sizes, and returns whether there is one: heads of 128 and 256 only (wider ones do not fit).
+template <typename T, int kStages, typename Body>
+bool with_wide_prefill_kernel(int64_t dk, int64_t dv, Body&& body) {
+  if (dk == 128 && dv == 128) {
+    body(Kernel<T, 128, 128, 8, kStages>{});
+    return true;
+  }
+  if (dk == 256 && dv == 256) {
+    body(Kernel<T, 256, 256, 8, kStages>{});
+    return true;
+  }
+  return false;
+}
+
 // Decode: one row tile; a third stage keeps two chunks in flight while one is used.
 constexpr int kDecodeStages = 3;
 constexpr int kPrefillStages = 2;
@@ -204,6 +219,8 @@ void paged_attention(const AttentionLayerParams& params, const Tensor& query, co
                    aligned_16(cache.value),
                "cache view {} / {} does not match the layer", cache.key.shape(),
                cache.value.shape());
+  PAGODA_CHECK(plan.prefill_rows == 0 || plan.prefill_rows == 64 || plan.prefill_rows == 128,
+               "prefill CTAs of {} rows: 64 or 128", plan.prefill_rows);
   const int64_t tokens = plan.num_actual_tokens();
   if (tokens == 0) return;
   const PagedTensor k_cache = paged_view(cache.key);
@@ -304,10 +321,15 @@ void paged_attention(const AttentionLayerParams& params, const Tensor& query, co
       p.seq_offset = static_cast<int>(decodes);
       p.num_splits = 1;
       const int64_t max_query = std::max<int64_t>(plan.max_prefill_query_len(), 1);
-      const int64_t row_tiles = (max_query * args.group + 63) / 64;
-      with_kernel<T, 4, kPrefillStages>(dk, dv, false, [&](auto kernel) {
-        kernel.launch(p, static_cast<int>(rest), static_cast<int>(row_tiles));
-      });
+      const auto launch_prefill = [&](auto kernel) {
+        constexpr int64_t kRows = decltype(kernel)::S::kRows;
+        kernel.launch(p, static_cast<int>(rest),
+                      static_cast<int>((max_query * args.group + kRows - 1) / kRows));
+      };
+      if (plan.prefill_rows != 128 ||
+          !with_wide_prefill_kernel<T, kPrefillStages>(dk, dv, launch_prefill)) {
+        with_kernel<T, 4, kPrefillStages>(dk, dv, false, launch_prefill);
+      }
     }
   });
 }

@@ -91,8 +91,8 @@ struct Shape {
   static constexpr int kChunk = kChunkKeys;
   static constexpr int kRows = 16 * kRowTiles;
   // Decode CTAs: a warp per 8 keys of a chunk, so that short work still keeps many warps busy;
-  // prefill: 4 warps, one per row tile.
-  static constexpr int kWarps = kRowTiles == 1 ? kChunkKeys / 8 : 4;
+  // prefill: a warp per row tile (4, or 8).
+  static constexpr int kWarps = kRowTiles == 1 ? kChunkKeys / 8 : kRowTiles;
   static constexpr int kThreads = kWarps * 32;
   static constexpr int kKeyGroups = kWarps / kRowTiles;
   static constexpr int kKeysPerWarp = kChunk / kKeyGroups;
