@@ -81,6 +81,15 @@ uint64_t fill_pattern(DType dtype, double value) {
   PAGODA_CHECK(false, "unknown dtype");
 }
 
+// Bytes of a contiguous tensor of `shape` and `dtype`. Error past 64-bit sizes.
+int64_t storage_bytes(const Shape& shape, DType dtype) {
+  int64_t bytes = 0;
+  if (__builtin_mul_overflow(shape_numel(shape), static_cast<int64_t>(dtype_size(dtype)), &bytes)) {
+    fail("tensor shape {} of {} has more bytes than 64-bit sizes hold", shape, dtype_name(dtype));
+  }
+  return bytes;
+}
+
 }  // namespace
 
 Shape contiguous_strides(const Shape& shape) {
@@ -88,13 +97,21 @@ Shape contiguous_strides(const Shape& shape) {
   int64_t running = 1;
   for (size_t d = shape.size(); d-- > 0;) {
     strides[d] = running;
-    running *= std::max<int64_t>(shape[d], 1);
+    if (__builtin_mul_overflow(running, std::max<int64_t>(shape[d], 1), &running)) {
+      fail("tensor shape {} has more elements than 64-bit sizes hold", shape);
+    }
   }
   return strides;
 }
 
 int64_t shape_numel(const Shape& shape) {
-  return std::accumulate(shape.begin(), shape.end(), int64_t{1}, std::multiplies<>());
+  int64_t numel = 1;
+  for (int64_t extent : shape) {
+    if (__builtin_mul_overflow(numel, extent, &numel)) {
+      fail("tensor shape {} has more elements than 64-bit sizes hold", shape);
+    }
+  }
+  return numel;
 }
 
 Tensor::Tensor(std::shared_ptr<Storage> storage, DType dtype, Shape shape, Shape strides,
@@ -111,7 +128,7 @@ Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
   for (int64_t extent : shape) {
     if (extent < 0) fail("tensor shape {} has a negative dim", shape);
   }
-  auto storage = allocate(shape_numel(shape) * dtype_size(dtype), device);
+  auto storage = allocate(storage_bytes(shape, dtype), device);
   return Tensor(std::move(storage), dtype, shape, contiguous_strides(shape), 0);
 }
 
@@ -119,7 +136,7 @@ Tensor Tensor::uninitialized(const Shape& shape, DType dtype, Device device) {
   for (int64_t extent : shape) {
     if (extent < 0) fail("tensor shape {} has a negative dim", shape);
   }
-  auto storage = allocate_uninitialized(shape_numel(shape) * dtype_size(dtype), device);
+  auto storage = allocate_uninitialized(storage_bytes(shape, dtype), device);
   return Tensor(std::move(storage), dtype, shape, contiguous_strides(shape), 0);
 }
 
@@ -134,19 +151,29 @@ void Tensor::check_in_bounds() const {
     fail("tensor shape {} and strides {} differ in rank", shape_, strides_);
   }
   if (offset_bytes_ < 0) fail("tensor offset {} is negative", offset_bytes_);
-  int64_t last = 0;
   for (size_t d = 0; d < shape_.size(); ++d) {
     if (shape_[d] < 0) fail("tensor shape {} has a negative dim", shape_);
     if (strides_[d] < 0) fail("tensor strides {} have a negative stride", strides_);
     if (shape_[d] == 0) return;  // empty: touches no bytes
-    last += (shape_[d] - 1) * strides_[d];
   }
-  const int64_t end = offset_bytes_ + (last + 1) * element_size();
-  if (end > storage_->size_bytes()) {
+  // The byte after the last element, every step checked: a view past 64 bits is out of bounds.
+  int64_t end = 0;
+  bool overflow = false;
+  for (size_t d = 0; d < shape_.size(); ++d) {
+    int64_t span = 0;
+    overflow = overflow || __builtin_mul_overflow(shape_[d] - 1, strides_[d], &span) ||
+               __builtin_add_overflow(end, span, &end);
+  }
+  overflow = overflow || __builtin_add_overflow(end, 1, &end) ||
+             __builtin_mul_overflow(end, element_size(), &end) ||
+             __builtin_add_overflow(end, offset_bytes_, &end);
+  if (overflow || end > storage_->size_bytes()) {
     fail(
-        "tensor view (shape {}, strides {}, offset {} bytes, {}) reaches byte {} of a {}-byte "
+        "tensor view (shape {}, strides {}, offset {} bytes, {}) reaches {} of a {}-byte "
         "storage",
-        shape_, strides_, offset_bytes_, dtype_name(dtype_), end, storage_->size_bytes());
+        shape_, strides_, offset_bytes_, dtype_name(dtype_),
+        overflow ? std::string("past 64-bit sizes") : fmt::format("byte {}", end),
+        storage_->size_bytes());
   }
 }
 

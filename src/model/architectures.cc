@@ -44,9 +44,10 @@ const Architecture& find_architecture(std::string_view name) {
 
 WeightEstimate estimate_dense_decoder_weights(const ModelConfig& config) {
   const nlohmann::json& text = config.text_config;
+  // Counted in double: each size is bounded, but a hostile config's products need not fit 64 bits.
   const auto integer = [&](const char* key) {
     const auto it = text.find(key);
-    return it != text.end() && it->is_number_integer() ? it->get<int64_t>() : int64_t{0};
+    return it != text.end() && it->is_number_integer() ? it->get<double>() : 0.0;
   };
   const auto flag = [&](const char* key) {
     const auto it = text.find(key);
@@ -54,16 +55,16 @@ WeightEstimate estimate_dense_decoder_weights(const ModelConfig& config) {
   };
   // Gemma 4 always projects logits with the embedding table; it has four norms per layer.
   const bool gemma = config.architecture.starts_with("Gemma");
-  const int64_t hidden = config.hidden_size;
-  const int64_t vocab = config.vocab_size;
+  const double hidden = static_cast<double>(config.hidden_size);
+  const double vocab = static_cast<double>(config.vocab_size);
   const int64_t num_layers = static_cast<int64_t>(config.layers.size());
-  const int64_t inner = integer("intermediate_size");
-  const int64_t ple = integer("hidden_size_per_layer_input");
+  const double inner = integer("intermediate_size");
+  const double ple = integer("hidden_size_per_layer_input");
   const auto first_shared = std::find_if(config.layers.begin(), config.layers.end(),
                                          [](auto& l) { return l.kv_source != KvSource::kOwn; }) -
                             config.layers.begin();
-  int64_t streamed = hidden + vocab * hidden;  // final norm, lm_head (tied or not)
-  int64_t projections = 0;
+  double streamed = hidden + vocab * hidden;  // final norm, lm_head (tied or not)
+  double projections = 0;
   for (int64_t i = 0; i < num_layers; ++i) {
     const LayerAttentionConfig& layer = config.layers[i];
     projections += 2 * hidden * layer.num_q_heads * layer.head_size_k;  // q, o
@@ -77,16 +78,21 @@ WeightEstimate estimate_dense_decoder_weights(const ModelConfig& config) {
     streamed += (gemma ? 4 : 2) * hidden;
     if (ple > 0) streamed += 2 * ple * hidden + hidden;  // gate, projection, norm
   }
-  int64_t lookups = vocab * hidden;
+  double lookups = vocab * hidden;
   if (ple > 0) {
-    streamed += num_layers * ple * hidden + ple;  // model projection and its norm
-    lookups += integer("vocab_size_per_layer_input") * num_layers * ple;
+    streamed += static_cast<double>(num_layers) * ple * hidden + ple;  // model projection, norm
+    lookups += integer("vocab_size_per_layer_input") * static_cast<double>(num_layers) * ple;
   }
   streamed += projections;
   const bool tied = gemma || flag("tie_word_embeddings");
-  return {.params = streamed + lookups - (tied ? vocab * hidden : 0),
-          .streamed_params = streamed,
-          .projection_params = projections};
+  const double params = streamed + lookups - (tied ? vocab * hidden : 0);
+  if (!(params < 0x1p62)) {
+    fail("{}: the config describes about {:.3g} weights, more than 64-bit sizes hold",
+         config.source, params);
+  }
+  return {.params = static_cast<int64_t>(params),
+          .streamed_params = static_cast<int64_t>(streamed),
+          .projection_params = static_cast<int64_t>(projections)};
 }
 
 WeightEstimate estimate_rank_weights(const ModelConfig& config, int64_t tp_size) {

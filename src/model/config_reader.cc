@@ -58,6 +58,13 @@ int64_t ConfigReader::integer_or(const std::string& key, int64_t fallback) const
   return has(key) ? integer(key) : fallback;
 }
 
+double ConfigReader::number_or(const std::string& key, double fallback) const {
+  if (!has(key)) return fallback;
+  const nlohmann::json& value = object_.at(key);
+  if (!value.is_number()) wrong_type(key, "a number");
+  return value.get<double>();
+}
+
 std::optional<int64_t> ConfigReader::optional_integer(const std::string& key) const {
   if (!has(key)) return std::nullopt;
   return integer(key);

@@ -29,6 +29,8 @@ class ConfigReader {
 
   // No size in a config is larger; bounding them keeps all byte arithmetic inside int64.
   static constexpr int64_t kMaxConfigInteger = int64_t{1} << 40;
+  // A number (integer or not); `fallback` when absent or null.
+  double number_or(const std::string& key, double fallback) const;
   bool boolean_or(const std::string& key, bool fallback) const;
   std::string string(const std::string& key) const;  // required
   std::optional<std::string> optional_string(const std::string& key) const;

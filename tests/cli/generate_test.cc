@@ -301,6 +301,71 @@ TEST(GenerateCliTest, DummyWeightsNeedNoCheckpoint) {
   std::system(("rm -rf " + dir).c_str());
 }
 
+// Sizes each within the config reader's bounds whose products pass 64 bits (a 2^40-token
+// vocabulary of 2^24-wide embeddings) end in one line, not in a tensor whose size wrapped around.
+TEST(GenerateCliTest, ConfigSizesPast64BitsFailInOneLine) {
+  const std::string dir = ::testing::TempDir() + "pagoda_huge_" + std::to_string(::getpid());
+  std::system(("mkdir -p " + dir).c_str());
+  nlohmann::json config = nlohmann::json::parse(
+      read_file(std::string(PAGODA_SOURCE_DIR) + "/tests/fixtures/llama-tiny/config.json"));
+  config["vocab_size"] = int64_t{1} << 40;
+  config["hidden_size"] = int64_t{1} << 24;
+  config["intermediate_size"] = 1;
+  config["num_attention_heads"] = 1;
+  config["num_key_value_heads"] = 1;
+  std::ofstream(dir + "/config.json") << config.dump();
+  const CliRun run =
+      run_pagoda("generate --model " + dir + " --load-format dummy --prompt-ids 1 --max-tokens 1");
+  EXPECT_EQ(run.exit_code, 1) << run.err;
+  EXPECT_NE(run.err.find("64-bit"), std::string::npos) << run.err;
+  EXPECT_EQ(std::count(run.err.begin(), run.err.end(), '\n'), 1) << run.err;
+  std::system(("rm -rf " + dir).c_str());
+}
+
+// Fields the model's layers read (epsilons, scales, rope parameters) with a null, a missing or a
+// wrongly typed value: null means the default, the others end in one line naming the field.
+TEST(GenerateCliTest, ModelFieldsOfTheWrongTypeFailInOneLine) {
+  struct Case {
+    const char* fixture;
+    const char* field;
+    nlohmann::json value;  // null: the field is removed when `remove`
+    bool remove;
+    const char* expected;  // in the error; empty: the run succeeds
+  };
+  const Case cases[] = {
+      {"llama-tiny", "rms_norm_eps", "small", false, "rms_norm_eps"},
+      {"llama-tiny", "rms_norm_eps", nullptr, false, ""},
+      {"gemma4-tiny", "rope_parameters", nullptr, true, "rope_parameters"},
+      {"gemma4-tiny", "final_logit_softcapping", "x", false, "final_logit_softcapping"},
+      {"mimo-tiny", "routed_scaling_factor", nullptr, false, ""},
+      {"mimo-tiny", "attention_value_scale", nlohmann::json::array({1}), false,
+       "attention_value_scale"},
+  };
+  const std::string dir = ::testing::TempDir() + "pagoda_fields_" + std::to_string(::getpid());
+  std::system(("mkdir -p " + dir).c_str());
+  for (const Case& c : cases) {
+    nlohmann::json config = nlohmann::json::parse(read_file(
+        std::string(PAGODA_SOURCE_DIR) + "/tests/fixtures/" + c.fixture + "/config.json"));
+    if (c.remove) {
+      config.erase(c.field);
+    } else {
+      config[c.field] = c.value;
+    }
+    std::ofstream(dir + "/config.json") << config.dump();
+    const CliRun run = run_pagoda("generate --model " + dir +
+                                  " --load-format dummy --prompt-ids 1 --max-tokens 1");
+    const std::string what = std::string(c.fixture) + " " + c.field + " " + c.value.dump();
+    if (*c.expected == '\0') {
+      EXPECT_EQ(run.exit_code, 0) << what << ": " << run.err;
+      continue;
+    }
+    EXPECT_EQ(run.exit_code, 1) << what << ": " << run.err;
+    EXPECT_NE(run.err.find(c.expected), std::string::npos) << what << ": " << run.err;
+    EXPECT_EQ(std::count(run.err.begin(), run.err.end(), '\n'), 1) << what << ": " << run.err;
+  }
+  std::system(("rm -rf " + dir).c_str());
+}
+
 // A checkpoint with one NaN weight runs unless --check-weights asks for every weight to be read
 // first; then it is refused, naming the tensor.
 TEST(GenerateCliTest, CheckWeightsRefusesNaN) {

@@ -80,6 +80,24 @@ TEST(TensorTest, AsStridedChecksBounds) {
   EXPECT_THROW(t.as_strided({4}, {5}, 1), Error);           // last element would be 16
   EXPECT_THROW(t.as_strided({2}, {-1}, 4), Error);          // negative strides are refused
   EXPECT_NO_THROW(t.as_strided({0, 9}, {1000, 1000}, 16));  // empty views touch nothing
+  // Views whose extent wraps past 64 bits back into the storage are refused too.
+  const int64_t huge = int64_t{1} << 62;
+  EXPECT_THROW(t.as_strided({3}, {huge}, 0), Error);        // 2 * 2^62 elements
+  EXPECT_THROW(t.as_strided({2, 2}, {huge, huge}, 0), Error);
+  EXPECT_THROW(t.as_strided({5}, {int64_t{1} << 61}, 0), Error);  // 4 * 2^61 * 4 bytes
+}
+
+// Shapes whose element or byte count passes 64 bits are refused before anything is allocated
+// (the product of a hostile config's vocabulary and hidden sizes, say), instead of wrapping to a
+// small or zero-byte storage.
+TEST(TensorTest, ShapesPast64BitSizesAreRefused) {
+  EXPECT_THROW(Tensor::empty({int64_t{1} << 40, int64_t{1} << 24}, DType::kF32), Error);
+  EXPECT_THROW(Tensor::empty({int64_t{1} << 31, int64_t{1} << 31, 4}, DType::kBF16), Error);
+  EXPECT_THROW(Tensor::empty({int64_t{1} << 61}, DType::kF32), Error);  // 2^63 bytes
+  EXPECT_THROW(shape_numel({int64_t{1} << 32, int64_t{1} << 32}), Error);
+  EXPECT_THROW(contiguous_strides({int64_t{1} << 32, int64_t{1} << 32, 2}), Error);
+  EXPECT_EQ(shape_numel({int64_t{1} << 31, int64_t{1} << 31}), int64_t{1} << 62);
+  EXPECT_EQ(shape_numel({int64_t{1} << 62, 0}), 0);
 }
 
 TEST(TensorTest, ReinterpretSameBytes) {

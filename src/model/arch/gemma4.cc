@@ -36,7 +36,7 @@ Gemma4Model::Gemma4Model(const ModelConfig& config, WeightSource& weights,
   const int64_t hidden = config.hidden_size;
   const int64_t vocab = config.vocab_size;
   const int64_t num_layers = static_cast<int64_t>(config.layers.size());
-  const float eps = static_cast<float>(text.raw().value("rms_norm_eps", 1e-6));
+  const float eps = static_cast<float>(text.number_or("rms_norm_eps", 1e-6));
   const std::string act = text.optional_string("hidden_activation").value_or("gelu_pytorch_tanh");
   if (act != "gelu_pytorch_tanh" && act != "gelu_tanh") {
     text.fail_field("hidden_activation", "is '" + act + "'; supported: gelu_pytorch_tanh");
@@ -59,6 +59,10 @@ Gemma4Model::Gemma4Model(const ModelConfig& config, WeightSource& weights,
   embed_tokens_ = weights.get(prefix + "embed_tokens.weight", {vocab, hidden});
   embed_scale_ = round_to(embed_tokens_.dtype(), std::sqrt(static_cast<float>(hidden)));
   ple_size_ = text.integer_or("hidden_size_per_layer_input", 0);
+  if (ple_size_ < 0 || ple_size_ > ConfigReader::kMaxConfigInteger) {
+    text.fail_field("hidden_size_per_layer_input",
+                    fmt::format("is {}; it must be in [0, 2^40]", ple_size_));
+  }
   if (ple_size_ > 0) {
     const int64_t ple_vocab = text.positive("vocab_size_per_layer_input");
     ple_table_ =
@@ -69,7 +73,7 @@ Gemma4Model::Gemma4Model(const ModelConfig& config, WeightSource& weights,
     ple_norm_ = RmsNorm::load(weights, prefix + "per_layer_projection_norm.weight", ple_size_, eps);
   }
 
-  const nlohmann::json& rope_by_type = text.raw().at("rope_parameters");
+  const nlohmann::json rope_by_type = text.raw().value("rope_parameters", nlohmann::json());
   for (int64_t i = 0; i < num_layers; ++i) {
     const LayerAttentionConfig& attention = config.layers[i];
     const std::string layer = prefix + "layers." + std::to_string(i);
@@ -109,7 +113,7 @@ Gemma4Model::Gemma4Model(const ModelConfig& config, WeightSource& weights,
   }
   norm_ = RmsNorm::load(weights, prefix + "norm.weight", hidden, eps);
   if (text.has("final_logit_softcapping")) {
-    softcap_ = static_cast<float>(text.raw().at("final_logit_softcapping").get<double>());
+    softcap_ = static_cast<float>(text.number_or("final_logit_softcapping", 0.0));
   }
 }
 

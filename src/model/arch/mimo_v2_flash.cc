@@ -51,12 +51,11 @@ MiMoV2FlashModel::MiMoV2FlashModel(const ModelConfig& config, WeightSource& weig
   const int64_t hidden = config.hidden_size;
   const int64_t vocab = config.vocab_size;
   const int64_t num_layers = static_cast<int64_t>(config.layers.size());
-  const double eps_value = text.has("layernorm_epsilon")
-                               ? text.raw().at("layernorm_epsilon").get<double>()
-                               : text.raw().value("rms_norm_eps", 1e-5);
+  const double eps_value = text.has("layernorm_epsilon") ? text.number_or("layernorm_epsilon", 0.0)
+                                                         : text.number_or("rms_norm_eps", 1e-5);
   const float eps = static_cast<float>(eps_value);
   const cpu::Activation activation = read_gated_activation(text);
-  const float value_scale = static_cast<float>(text.raw().value("attention_value_scale", 1.0));
+  const float value_scale = static_cast<float>(text.number_or("attention_value_scale", 1.0));
   const std::vector<bool> sparse = sparse_layers(text, num_layers);
   // Sinks: on sliding layers unless the published flags say otherwise.
   const bool sliding_sinks = text.boolean_or("add_swa_attention_sink_bias", true);
@@ -112,11 +111,7 @@ MiMoV2FlashModel::Moe MiMoV2FlashModel::load_moe(WeightSource& weights, const Co
   moe.num_groups = text.positive_or("n_group", 1);
   moe.top_groups = text.positive_or("topk_group", 1);
   moe.normalize = text.boolean_or("norm_topk_prob", true);
-  moe.routed_scale = static_cast<float>(text.raw().value("routed_scaling_factor", 1.0));
-  if (text.raw().contains("routed_scaling_factor") &&
-      text.raw().at("routed_scaling_factor").is_null()) {
-    moe.routed_scale = 1.0f;
-  }
+  moe.routed_scale = static_cast<float>(text.number_or("routed_scaling_factor", 1.0));
   if (experts % moe.num_groups != 0 || moe.top_groups > moe.num_groups ||
       moe.top_k > moe.top_groups * (experts / moe.num_groups)) {
     text.fail_field("n_group", "does not divide the experts into groups that can supply the top-k");
