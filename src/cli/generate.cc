@@ -5,13 +5,13 @@
 
 #include <algorithm>
 #include <chrono>
-#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "cli/engine_flags.h"
 #include "cli/prompts.h"
 #include "core/error.h"
+#include "core/files.h"
 #include "engine/engine.h"
 #include "engine/sampling_params.h"
 
@@ -102,7 +102,7 @@ void run_generate(const GenerateOptions& options) {
   // The tokenizer, when there is one: text and chat prompts need it, and outputs are decoded.
   const std::string tokenizer_dir = options.engine.paths.tokenizer();
   std::unique_ptr<Tokenizer> tokenizer;
-  if (std::filesystem::exists(tokenizer_dir + "/tokenizer.json")) {
+  if (path_exists(tokenizer_dir + "/tokenizer.json")) {
     tokenizer = std::make_unique<Tokenizer>(options.engine.paths.load_tokenizer());
   }
   std::unique_ptr<ChatTemplate> chat;

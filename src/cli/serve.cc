@@ -15,6 +15,7 @@
 #include "cli/engine_flags.h"
 #include "cli/prompts.h"
 #include "core/error.h"
+#include "core/files.h"
 #include "engine/llm.h"
 #include "server/openai_server.h"
 
@@ -63,7 +64,7 @@ void run_serve(const ServeOptions& options) {
   }
   // Serving needs text: a missing or bad tokenizer fails before the weights load.
   const std::string tokenizer_dir = options.engine.paths.tokenizer();
-  if (!std::filesystem::exists(tokenizer_dir + "/tokenizer.json")) {
+  if (!path_exists(tokenizer_dir + "/tokenizer.json")) {
     fail("serve needs a tokenizer, and '{}' has no tokenizer.json (give --tokenizer)",
          tokenizer_dir);
   }

@@ -1,11 +1,23 @@
 #include "core/files.h"
 
+#include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <system_error>
 
 #include "core/error.h"
 
 namespace pagoda {
+
+bool path_exists(const std::string& path) {
+  std::error_code error;
+  return std::filesystem::exists(path, error) && !error;
+}
+
+bool is_regular_file_path(const std::string& path) {
+  std::error_code error;
+  return std::filesystem::is_regular_file(path, error) && !error;
+}
 
 std::string read_text_file(const std::string& path) {
   std::ifstream file(path, std::ios::binary);

@@ -7,6 +7,11 @@
 
 namespace pagoda {
 
+// Whether `path` names something that exists (a regular file, for is_regular_file_path). Never
+// throws: a path the system refuses (too long, say) is one that does not exist.
+bool path_exists(const std::string& path);
+bool is_regular_file_path(const std::string& path);
+
 // The file's bytes; Error when it cannot be read.
 std::string read_text_file(const std::string& path);
 // The file parsed as JSON (nesting checked first); Error naming the file and where parsing

@@ -1,7 +1,5 @@
 #include "engine/engine_options.h"
 
-#include <filesystem>
-
 #include "core/error.h"
 #include "core/files.h"
 #include "core/units.h"
@@ -14,7 +12,7 @@ namespace pagoda {
 std::string model_dir_or_default(const std::string& model_dir) {
   if (!model_dir.empty()) return model_dir;
   for (const std::string fallback : {PAGODA_DEFAULT_MODEL, PAGODA_INSTALLED_MODEL}) {
-    if (std::filesystem::exists(fallback + "/config.json")) return fallback;
+    if (path_exists(fallback + "/config.json")) return fallback;
   }
   fail("no --model given, and the default model is neither at '{}' nor at '{}'",
        PAGODA_DEFAULT_MODEL, PAGODA_INSTALLED_MODEL);
@@ -32,7 +30,7 @@ Tokenizer ModelPaths::load_tokenizer() const {
   Tokenizer loaded = Tokenizer::load(tokenizer());
   if (chat_template.empty()) return loaded;
   // As vLLM reads the flag: a file when one exists, else the template itself if it looks like one.
-  if (std::filesystem::is_regular_file(chat_template)) {
+  if (is_regular_file_path(chat_template)) {
     loaded.set_chat_template(read_text_file(chat_template));
   } else if (chat_template.find('{') != std::string::npos) {
     loaded.set_chat_template(chat_template);

@@ -1,15 +1,14 @@
 #include "engine/llm.h"
 
-#include <filesystem>
-
 #include "core/error.h"
+#include "core/files.h"
 
 namespace pagoda {
 
 std::unique_ptr<Llm> Llm::load(const EngineOptions& options) {
   std::unique_ptr<Llm> llm(new Llm);
   const std::string model_dir = options.paths.model();
-  if (std::filesystem::exists(options.paths.tokenizer() + "/tokenizer.json")) {
+  if (path_exists(options.paths.tokenizer() + "/tokenizer.json")) {
     llm->tokenizer_ = std::make_unique<Tokenizer>(options.paths.load_tokenizer());
     if (!llm->tokenizer_->chat_template().empty()) {
       llm->chat_ = std::make_unique<ChatTemplate>(*llm->tokenizer_);

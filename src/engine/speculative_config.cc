@@ -1,6 +1,5 @@
 #include "engine/speculative_config.h"
 
-#include <filesystem>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
@@ -17,7 +16,7 @@ std::string find_assistant(const std::string& target_dir) {
   while (dir.size() > 1 && dir.back() == '/')
     dir.pop_back();
   for (const std::string& candidate : {dir + "/assistant", dir + "-assistant"}) {
-    if (std::filesystem::exists(candidate + "/config.json")) return candidate;
+    if (path_exists(candidate + "/config.json")) return candidate;
   }
   fail("{}: no \"model\" given, and no assistant at '{}/assistant' or '{}-assistant'", kFlag, dir,
        dir);

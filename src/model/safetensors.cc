@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <filesystem>
 #include <limits>
 #include <nlohmann/json.hpp>
 
@@ -148,14 +147,13 @@ Tensor SafetensorsFile::tensor(const SafetensorsEntry& entry) const {
 }
 
 Checkpoint Checkpoint::open(const std::string& model_dir) {
-  namespace fs = std::filesystem;
   Checkpoint checkpoint;
   checkpoint.dir_ = model_dir;
   const std::string single = model_dir + "/model.safetensors";
   const std::string index_path = model_dir + "/model.safetensors.index.json";
   std::map<std::string, std::string> expected_file;  // from the index
   std::vector<std::string> files;
-  if (fs::exists(index_path)) {
+  if (path_exists(index_path)) {
     const nlohmann::json index = read_json_file(index_path);
     const auto map = index.find("weight_map");
     if (!index.is_object() || map == index.end() || !map->is_object()) {
@@ -171,7 +169,7 @@ Checkpoint Checkpoint::open(const std::string& model_dir) {
       expected_file[name] = shard;
       if (std::find(files.begin(), files.end(), shard) == files.end()) files.push_back(shard);
     }
-  } else if (fs::exists(single)) {
+  } else if (path_exists(single)) {
     files.push_back("model.safetensors");
   } else {
     fail("{} holds neither model.safetensors nor model.safetensors.index.json", model_dir);

@@ -1,7 +1,5 @@
 #include "tokenizer/tokenizer.h"
 
-#include <filesystem>
-
 #include "core/error.h"
 #include "core/files.h"
 #include "tokenizer/unicode.h"
@@ -93,7 +91,7 @@ std::vector<std::pair<std::string, int32_t>> Tokenizer::Matcher::split(
 Tokenizer Tokenizer::load(const std::string& dir) {
   const std::string config_path = dir + "/tokenizer_config.json";
   const nlohmann::json config =
-      std::filesystem::exists(config_path) ? read_json_file(config_path) : nlohmann::json::object();
+      path_exists(config_path) ? read_json_file(config_path) : nlohmann::json::object();
   const std::string json_path = dir + "/tokenizer.json";
   Tokenizer tokenizer = [&] {
     try {
@@ -102,9 +100,9 @@ Tokenizer Tokenizer::load(const std::string& dir) {
       fail("{}: unexpected structure: {}", json_path, error.what());
     }
   }();
-  if (std::filesystem::exists(dir + "/chat_template.jinja")) {
+  if (path_exists(dir + "/chat_template.jinja")) {
     tokenizer.chat_template_ = read_text_file(dir + "/chat_template.jinja");
-  } else if (std::filesystem::exists(dir + "/chat_template.json")) {
+  } else if (path_exists(dir + "/chat_template.json")) {
     tokenizer.chat_template_ = config_chat_template(read_json_file(dir + "/chat_template.json"));
   }
   return tokenizer;

@@ -232,8 +232,11 @@ TEST(GenerateCliTest, TheEmbeddedModelChatsAndTheTemplateCanBeReplaced) {
 
   const std::string file = ::testing::TempDir() + "pagoda_template_" + std::to_string(::getpid());
   std::ofstream(file) << "{{ bos_token }}Thus: {{ messages[0]['content'] }}";
+  // Inline, also longer than a file name may be (a Jinja comment of 300 bytes in it).
   for (const std::string& given :
-       {file, std::string("'{{ bos_token }}Thus: {{ messages[0][\"content\"] }}'")}) {
+       {file, std::string("'{{ bos_token }}Thus: {{ messages[0][\"content\"] }}'"),
+        "'{# " + std::string(300, 'x') +
+            " #}{{ bos_token }}Thus: {{ messages[0][\"content\"] }}'"}) {
     const CliRun replaced =
         run_pagoda("generate --chat 'And God said' --max-tokens 4 --json --chat-template " + given);
     ASSERT_EQ(replaced.exit_code, 0) << replaced.err;
