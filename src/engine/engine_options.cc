@@ -96,6 +96,10 @@ Device engine_device(const EngineOptions& flags) {
 }
 
 CacheConfig engine_cache_config(const EngineOptions& flags, const ModelConfig& target) {
+  // Written so that NaN fails too.
+  if (!(flags.gpu_memory_utilization >= 0.05 && flags.gpu_memory_utilization <= 1.0)) {
+    fail("--gpu-memory-utilization {}: it must be in [0.05, 1]", flags.gpu_memory_utilization);
+  }
   CacheConfig config = parse_cache_options(flags.cache);
   config.max_num_batched_tokens = flags.scheduler.max_num_batched_tokens;
   config.context_parallel_size = flags.decode_context_parallel_size;
