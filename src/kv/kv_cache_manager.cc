@@ -12,8 +12,24 @@ KvCacheManager::KvCacheManager(const KvCachePlan& plan)
     : plan_(plan), pool_(plan.num_blocks), tables_(plan.groups.size()) {
   for (const KvGroup& group : plan.groups) {
     const int64_t block_size = group.spec.block_tokens();
-    strides_.push_back((plan.max_model_len + block_size - 1) / block_size);
+    strides_.push_back(
+        std::min((plan.max_model_len + block_size - 1) / block_size, kMaxInitialTableBlocks));
   }
+}
+
+void KvCacheManager::reserve_blocks(size_t group, int64_t blocks) {
+  const int64_t stride = strides_[group];
+  if (blocks <= stride) return;
+  const int64_t block_size = plan_.groups[group].spec.block_tokens();
+  const int64_t most = (plan_.max_model_len + block_size - 1) / block_size;
+  PAGODA_CHECK(blocks <= most, "a table row of {} blocks; max_model_len takes {}", blocks, most);
+  const int64_t wider = std::min(most, std::max(blocks, 2 * stride));
+  std::vector<int32_t> grown(rows_.size() * static_cast<size_t>(wider), 0);
+  for (size_t r = 0; r < rows_.size(); ++r) {
+    std::copy_n(tables_[group].data() + r * stride, stride, grown.data() + r * wider);
+  }
+  tables_[group] = std::move(grown);
+  strides_[group] = wider;
 }
 
 int32_t KvCacheManager::add_request() {
@@ -82,6 +98,7 @@ void KvCacheManager::allocate_slots(int32_t row, int64_t num_tokens) {
     GroupState& group = groups[g];
     if (num_tokens > group.num_blocks * block_size) {
       const int64_t wanted = (num_tokens + block_size - 1) / block_size;
+      reserve_blocks(g, wanted);
       pool_.allocate(std::span(table(g, row) + group.num_blocks, wanted - group.num_blocks));
       group.num_blocks = wanted;
     }
@@ -181,6 +198,7 @@ void KvCacheManager::adopt_prefix(int32_t row, const PrefixHit& hit) {
     while (group.num_freed < static_cast<int64_t>(blocks.size()) && blocks[group.num_freed] == 0)
       ++group.num_freed;
     pool_.take(std::span(blocks).subspan(group.num_freed));
+    reserve_blocks(g, static_cast<int64_t>(blocks.size()));
     std::copy(blocks.begin(), blocks.end(), table(g, row));
     group.num_blocks = static_cast<int64_t>(blocks.size());
   }

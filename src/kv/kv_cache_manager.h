@@ -78,7 +78,11 @@ class KvCacheManager {
   // Block ids of `row` in group `group`, in token order (the null block where freed).
   std::span<const int32_t> block_ids(int32_t row, int64_t group) const;
   // Group `group`'s tables: row r holds its request's block ids from data[r * stride] on; entries
-  // past a request's blocks are meaningless. Valid until add_request() grows the tables.
+  // past a request's blocks are meaningless. Valid until add_request() adds rows or
+  // allocate_slots() / adopt_prefix() widen them. Rows start kMaxInitialTableBlocks wide at most
+  // and widen (doubling, up to max_model_len's blocks) as a request's blocks need, so a model
+  // with only sliding-window layers and a huge max_model_len keeps tables its requests' length.
+  static constexpr int64_t kMaxInitialTableBlocks = 16384;
   std::span<const int32_t> table_data(int64_t group) const { return tables_[group]; }
   int64_t table_stride(int64_t group) const { return strides_[group]; }
   int64_t num_free_blocks() const { return pool_.num_free(); }
@@ -122,13 +126,15 @@ class KvCacheManager {
   // The computed length at which `row` next fills a block to hash (when `cache_full_blocks`) or
   // frees one out of a window.
   int64_t next_change(int32_t row, bool cache_full_blocks) const;
+  // Widens group `group`'s rows to hold at least `blocks` entries, keeping every row's.
+  void reserve_blocks(size_t group, int64_t blocks);
   int32_t* table(int64_t group, int32_t row) {
     return tables_[group].data() + row * strides_[group];
   }
 
   const KvCachePlan& plan_;
   BlockPool pool_;
-  std::vector<int64_t> strides_;              // per group: blocks for max_model_len tokens
+  std::vector<int64_t> strides_;              // per group: entries of a row
   std::vector<std::vector<int32_t>> tables_;  // per group: rows × stride
   std::vector<RowState> rows_;
   std::vector<GroupState> group_states_;  // rows × groups

@@ -236,5 +236,44 @@ TEST(KvCacheManagerTest, TablesKeepRowsAcrossGrowthAndReuseFreedOnes) {
   EXPECT_EQ(manager.num_free_blocks(), 59);
 }
 
+// A model with only sliding-window layers holds a few blocks per request however long it runs (the
+// plan asks for its window and one step's tokens), so its max_model_len may be huge: its tables start at most kMaxInitialTableBlocks wide (not one
+// entry per block of max_model_len, which would be terabytes here) and widen as a request grows,
+// keeping every row's entries.
+TEST(KvCacheManagerTest, TablesWidenAsARequestOutgrowsThem) {
+  const int64_t first_width = KvCacheManager::kMaxInitialTableBlocks;
+  const KvCachePlan plan =
+      plan_for(model_of({sliding_layer(1, 8, 5)}), 2100, /*max_model_len=*/int64_t{1} << 40);
+  KvCacheManager manager(plan);
+  const int32_t other = manager.add_request();
+  const int32_t growing = manager.add_request();
+  EXPECT_EQ(manager.table_stride(0), first_width);
+  EXPECT_EQ(manager.table_data(0).size(), 4 * first_width);  // the first 4 rows
+  manager.allocate_slots(other, 8);
+  const std::span<const int32_t> other_blocks = manager.block_ids(other, 0);
+  const std::vector<int32_t> kept(other_blocks.begin(), other_blocks.end());
+  // 4 tokens a block: past 4 * first_width tokens the row needs more entries than it has.
+  const int64_t length = 4 * first_width + 3000;
+  for (int64_t n = 1000;; n = std::min(n + 1000, length)) {
+    manager.allocate_slots(growing, n);
+    manager.free_outside_window(growing, n);
+    if (n == length) break;
+  }
+  EXPECT_EQ(manager.table_stride(0), 2 * first_width);
+  const std::span<const int32_t> blocks = manager.block_ids(growing, 0);
+  ASSERT_EQ(static_cast<int64_t>(blocks.size()), length / 4);
+  // Only the blocks the window (5 tokens: 2 blocks at most) still reaches are held; the rest are
+  // the null block.
+  EXPECT_NE(blocks.back(), 0);
+  EXPECT_GE(std::count(blocks.begin(), blocks.end(), 0), static_cast<int64_t>(blocks.size()) - 2);
+  const std::span<const int32_t> after = manager.block_ids(other, 0);
+  EXPECT_EQ(std::vector<int32_t>(after.begin(), after.end()), kept);
+  EXPECT_TRUE(std::equal(kept.begin(), kept.end(),
+                         manager.table_data(0).data() + other * manager.table_stride(0)));
+  manager.free(growing);
+  manager.free(other);
+  EXPECT_EQ(manager.num_free_blocks(), 2099);
+}
+
 }  // namespace
 }  // namespace pagoda

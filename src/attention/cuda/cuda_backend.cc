@@ -1,16 +1,24 @@
 #include "attention/cuda/cuda_backend.h"
 
 #include <algorithm>
+#include <limits>
 
 #include "attention/cuda/device_metadata.h"
 #include "attention/cuda/paged_attention.h"
+#include "core/error.h"
 
 namespace pagoda {
 namespace {
 
 class CudaAttentionPlan final : public AttentionPlan {
  public:
-  explicit CudaAttentionPlan(const AttentionGroup& group) : group_(group) {}
+  explicit CudaAttentionPlan(const AttentionGroup& group) : group_(group) {
+    // The kernels keep positions and sequence lengths in 32 bits.
+    if (group.max_model_len > std::numeric_limits<int32_t>::max()) {
+      fail("CUDA attention takes sequences of up to {} tokens; max_model_len is {}",
+           std::numeric_limits<int32_t>::max(), group.max_model_len);
+    }
+  }
 
   void update(const AttentionMetadata& metadata, const AttentionStep& step) override {
     const int64_t seqs = metadata.num_seqs() + step.padding_seqs;
