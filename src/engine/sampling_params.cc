@@ -87,9 +87,11 @@ void SamplingParams::validate(int64_t vocab_size) const {
   if (min_tokens < 0 || min_tokens > max_tokens) {
     fail("min_tokens is {}; it must be in [0, max_tokens = {}]", min_tokens, max_tokens);
   }
-  if (logprobs < 0) fail("logprobs is {}; it must not be negative", logprobs);
-  if (prompt_logprobs && *prompt_logprobs < 0) {
-    fail("prompt_logprobs is {}; it must not be negative", *prompt_logprobs);
+  if (logprobs < 0 || logprobs > kMaxLogprobs) {
+    fail("logprobs is {}; it must be in [0, {}]", logprobs, kMaxLogprobs);
+  }
+  if (prompt_logprobs && (*prompt_logprobs < 0 || *prompt_logprobs > kMaxLogprobs)) {
+    fail("prompt_logprobs is {}; it must be in [0, {}]", *prompt_logprobs, kMaxLogprobs);
   }
   for (int32_t id : stop_token_ids) {
     if (id < 0 || id >= vocab_size) {

@@ -29,6 +29,9 @@ struct SamplingParams {
                                     // in the prompt or the output
   int64_t logprobs = 0;             // top alternatives reported per generated token
   std::optional<int64_t> prompt_logprobs;
+  // The most alternatives either may ask for (vLLM's default max_logprobs): each is kept per token,
+  // so a prompt's worth of them at a vocabulary's size would not fit in memory.
+  static constexpr int64_t kMaxLogprobs = 20;
   // Strings that end the output text, which then stops just before the first of them. Text is made
   // where tokens are detokenized (the OpenAI server, the library facade), not by the engine.
   std::vector<std::string> stop;

@@ -46,7 +46,7 @@ struct OpenAiRequest {
 struct RequestLimits {
   std::string served_model_name;
   int64_t max_model_len = 0;
-  int64_t max_logprobs = 20;
+  int64_t max_logprobs = SamplingParams::kMaxLogprobs;
   int64_t max_n = 128;
   // Prompts × n: the engine requests one call may start.
   int64_t max_choices = 256;

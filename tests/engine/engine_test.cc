@@ -350,13 +350,20 @@ TEST(EngineTest, RejectsBadRequests) {
   negative_logprobs.params.logprobs = -1;
   GenerationRequest bad_top_p = greedy({1});
   bad_top_p.params.top_p = 2.0;
+  // Alternatives past the cap: a prompt's worth at the vocabulary's size would not fit memory.
+  GenerationRequest many_logprobs = greedy({1});
+  many_logprobs.params.logprobs = 21;
+  GenerationRequest many_prompt_logprobs = greedy({1});
+  many_prompt_logprobs.params.prompt_logprobs = 1000000;
   const std::vector<std::pair<GenerationRequest, std::string>> cases = {
       {greedy({}), "empty prompt"},
       {greedy({1, 256}), "token id 256"},
       {greedy({1, -3}), "token id -3"},
       {greedy({1}, 0), "max_tokens is 0"},
       {greedy({1}, 300), "exceeds max_model_len 256"},
-      {negative_logprobs, "must not be negative"},
+      {negative_logprobs, "logprobs is -1; it must be in [0, 20]"},
+      {many_logprobs, "logprobs is 21; it must be in [0, 20]"},
+      {many_prompt_logprobs, "prompt_logprobs is 1000000; it must be in [0, 20]"},
       {bad_top_p, "request 0: top_p is 2"},
   };
   for (const auto& [request, message] : cases) {
