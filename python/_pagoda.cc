@@ -16,6 +16,7 @@
 
 #include "cli/engine_flags.h"
 #include "core/error.h"
+#include "core/files.h"
 #include "engine/llm.h"
 
 namespace py = pybind11;
@@ -95,10 +96,12 @@ Prompt to_prompt(const py::handle& item) {
   }
 }
 
+// A Python value (chat messages) as JSON, through the json module: NaN and infinities raise
+// ValueError there, and the text then passes the nesting check every JSON input does.
 nlohmann::ordered_json to_json(const py::handle& value) {
   const py::module_ json = py::module_::import("json");
-  const std::string text = py::str(json.attr("dumps")(value));
-  return nlohmann::ordered_json::parse(text);
+  const std::string text = py::str(json.attr("dumps")(value, py::arg("allow_nan") = false));
+  return parse_json_text<nlohmann::ordered_json>(text, "chat messages");
 }
 
 }  // namespace

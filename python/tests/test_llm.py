@@ -177,6 +177,15 @@ def test_bad_arguments_raise(llm):
         llm.generate(prompt_token_ids=[[1, "two"]])
     with pytest.raises(ValueError, match="max_model_len"):
         llm.generate(PROMPT, SamplingParams(max_tokens=1 << 20))
+    with pytest.raises(ValueError, match="logprobs"):
+        SamplingParams(prompt_logprobs=10**9)
+    with pytest.raises(ValueError):
+        llm.chat([{"role": "user", "content": float("nan")}])
+    nested = []
+    for _ in range(300):
+        nested = [nested]
+    with pytest.raises(ValueError, match="nest"):
+        llm.chat([{"role": "user", "content": nested}])
     tiny = LLM(model=LLAMA_TINY, kv_cache_memory="16MiB")
     with pytest.raises(ValueError, match="tokenizer"):
         tiny.generate("text needs a tokenizer")

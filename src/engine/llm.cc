@@ -131,6 +131,7 @@ void LlmStream::abort() {
 }
 
 std::optional<StreamDelta> LlmStream::next(std::chrono::milliseconds timeout) {
+  const std::lock_guard lock(next_mutex_);
   if (finished_) return std::nullopt;
   const std::vector<RequestDelta> deltas = handle_->wait(timeout);
   if (deltas.empty()) return std::nullopt;

@@ -10,9 +10,11 @@
 //     fmt::print("{}\n", out.text);
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <span>
@@ -74,10 +76,12 @@ class LlmStream {
 
   // Waits up to `timeout` for the request's next news. Returns nothing on a timeout, and nothing
   // for ever once the delta with the finish reason has been returned (finished()). Throws Error
-  // when the engine failed while running the request.
+  // when the engine failed while running the request. Calls from several threads take turns, each
+  // delta going to one of them.
   std::optional<StreamDelta> next(std::chrono::milliseconds timeout = std::chrono::hours(24));
   bool finished() const { return finished_; }
-  // Ends the request; the next call to next() returns its last delta (finish reason abort).
+  // Ends the request; the next call to next() returns its last delta (finish reason abort). Any
+  // thread may call it, also while another waits in next().
   void abort();
 
   const std::vector<int32_t>& prompt_token_ids() const { return prompt_token_ids_; }
@@ -90,7 +94,8 @@ class LlmStream {
   std::vector<int32_t> prompt_token_ids_;
   std::unique_ptr<TextStream> text_;  // with a tokenizer
   std::shared_ptr<RequestHandle> handle_;
-  bool finished_ = false;
+  std::mutex next_mutex_;  // one next() at a time: text_ follows the deltas in order
+  std::atomic<bool> finished_{false};
 };
 
 class Llm {

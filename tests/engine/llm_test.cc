@@ -5,8 +5,10 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <fstream>
+#include <mutex>
 #include <thread>
 
 #include "model/fixtures.h"
@@ -170,6 +172,55 @@ TEST(LlmTest, StreamsStopStringsAbortsAndChats) {
   const RequestOutput chat = llm->chat({&conversation, 1}, greedy)[0];
   EXPECT_EQ(chat.prompt_token_ids, llm->chat_template()->encode(conversation));
   EXPECT_EQ(chat.token_ids.size(), 24u);
+}
+
+// Several threads may wait on one stream (two async iterations of it in Python, say), and another
+// may abort it meanwhile: each delta reaches one of them, and together they hold the whole output.
+TEST(LlmTest, ThreadsShareOneStream) {
+  const std::unique_ptr<Llm> llm = Llm::load(default_options());
+  const Prompt prompt = Prompt::of_text("And God said");
+  const SamplingParams greedy{.temperature = 0.0, .max_tokens = 40, .ignore_eos = true};
+  const std::unique_ptr<LlmStream> stream = llm->stream(prompt, greedy);
+  std::mutex mutex;
+  size_t tokens = 0;
+  int finishes = 0;
+  std::vector<std::thread> readers;
+  for (int t = 0; t < 3; ++t) {
+    readers.emplace_back([&] {
+      while (!stream->finished()) {
+        const std::optional<StreamDelta> delta = stream->next(std::chrono::milliseconds(5));
+        if (!delta) continue;
+        const std::lock_guard lock(mutex);
+        tokens += delta->token_ids.size();
+        finishes += delta->finish_reason != FinishReason::kNone;
+      }
+    });
+  }
+  for (std::thread& reader : readers)
+    reader.join();
+  EXPECT_EQ(tokens, 40u);
+  EXPECT_EQ(finishes, 1);
+
+  // Aborted from another thread while two wait in next().
+  SamplingParams endless = greedy;
+  endless.max_tokens = 2000;
+  const std::unique_ptr<LlmStream> aborted = llm->stream(prompt, endless);
+  std::atomic<int> aborts = 0;
+  readers.clear();
+  for (int t = 0; t < 2; ++t) {
+    readers.emplace_back([&] {
+      while (!aborted->finished()) {
+        const std::optional<StreamDelta> delta = aborted->next(std::chrono::milliseconds(5));
+        if (delta && delta->finish_reason == FinishReason::kAbort) ++aborts;
+      }
+    });
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  aborted->abort();
+  for (std::thread& reader : readers)
+    reader.join();
+  EXPECT_EQ(aborts, 1);
+  EXPECT_TRUE(becomes_idle(*llm));
 }
 
 // With drafts a step may add several tokens; a stop string that ends inside them still cuts the
