@@ -85,6 +85,11 @@ RopeParams parse_rope_object(const ConfigReader& text, const nlohmann::json& sca
   if (!(params.factor > 0.0)) {
     fail("{}: rope factor is {}; it must be positive", text.source(), params.factor);
   }
+  // Rotation turns pairs of dims: proportional rope spans the whole head, which must pair up.
+  if (params.rotary_dim % 2 != 0) {
+    fail("{}: {} rope rotates the whole head, whose size {} is odd", text.source(), type,
+         head_size);
+  }
   return params;
 }
 
