@@ -1,6 +1,7 @@
 // config.json for every architecture: parsing, then planning a small KV cache for what parsed, so
 // that the arithmetic on the config's numbers is exercised too; and a model small enough to build
-// from dummy weights is built, so that every field its layers read is read.
+// from dummy weights is built, so that every field its layers read is read, and runs a short
+// request, so that every layer runs at the shapes the config gives it.
 #include <algorithm>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -8,6 +9,7 @@
 #include "core/device.h"
 #include "core/files.h"
 #include "engine/cache_config.h"
+#include "engine/engine.h"
 #include "fuzz/fuzz_util.h"
 #include "model/architectures.h"
 #include "model/causal_lm.h"
@@ -49,14 +51,24 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       [&] { config = parse_model_config(parse_json_text(text, "config.json"), "config.json"); });
   if (!config) return 0;
   // The plan and the model each on their own: a config the plan refuses may still build.
+  std::optional<KvCachePlan> plan;
   fuzz::expect_clean_errors([&] {
     const CacheConfig cache{.block_size = 16, .max_model_len = 64, .num_blocks = 64};
-    (void)plan_cache(*config, nullptr, resolve_cache_config(cache, *config, Device::cpu()));
+    plan = plan_cache(*config, nullptr, resolve_cache_config(cache, *config, Device::cpu()));
   });
   fuzz::expect_clean_errors([&] {
     if (!small_enough_to_build(*config)) return;
     WeightSource weights = WeightSource::dummy(DType::kF32, 1);
-    (void)build_causal_lm(*config, weights);
+    const std::unique_ptr<CausalLm> model = build_causal_lm(*config, weights);
+    if (!plan) return;
+    // A prompt and two tokens through the model: every layer's shapes at run time.
+    const KvCache cache = allocate_kv_cache(*plan, Device::cpu());
+    const EngineConfig engine{.vocab_size = config->vocab_size,
+                              .max_model_len = plan->max_model_len,
+                              .eos_token_ids = config->eos_token_ids};
+    const int32_t last = static_cast<int32_t>(config->vocab_size - 1);
+    (void)generate(*model, *plan, cache, engine,
+                   {{.prompt_token_ids = {0, last, 0}, .params = {.max_tokens = 2}}});
   });
   return 0;
 }
