@@ -97,13 +97,14 @@ bool can_stack_rows(const std::vector<Weight>& weights) {
 Weight stack_rows(const std::vector<Weight>& weights) {
   PAGODA_CHECK(can_stack_rows(weights), "stack_rows of weights that do not stack");
   const Weight& head = weights.front();
-  bool aligned = true;  // every part but the last fills whole row blocks of one size
+  // Whether the parts' scales stack as they are: row blocks of one size, which every part but the
+  // last fills whole. (A last part with other blocks, a per-tensor scale say, does not.)
+  bool aligned = true;
   for (size_t i = 0; i < weights.size(); ++i) {
     const Weight& w = weights[i];
-    if (w.quantized() && i + 1 < weights.size() &&
-        (w.block_rows != head.block_rows || w.rows() % w.block_rows != 0)) {
-      aligned = false;
-    }
+    if (!w.quantized()) continue;
+    if (w.block_rows != head.block_rows) aligned = false;
+    if (i + 1 < weights.size() && w.rows() % w.block_rows != 0) aligned = false;
   }
   std::vector<Tensor> values;
   std::vector<Tensor> scales;

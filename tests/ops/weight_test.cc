@@ -106,6 +106,15 @@ TEST(WeightTest, NarrowAndStackKeepValues) {
     ASSERT_EQ(ds[i], da[i]);
     ASSERT_EQ(dal[i], da[i]);
   }
+  // A last part with other row blocks (a per-tensor scale: one block of all its rows) stacks with
+  // per-row scales too.
+  const Weight whole = quantize_fp8(random_matrix(24, 32, 8), 24, 16);
+  const Weight mixed = stack_rows({a.narrow_rows(0, 32), whole});
+  EXPECT_EQ(mixed.block_rows, 1);
+  const std::vector<float> dm = dequantized(mixed);
+  const std::vector<float> dw = dequantized(whole);
+  for (int64_t i = 0; i < 24 * 32; ++i)
+    ASSERT_EQ(dm[32 * 32 + i], dw[i]);
   EXPECT_TRUE(can_stack_rows({a, b}));
   EXPECT_FALSE(can_stack_rows({a, Weight(random_matrix(8, 32, 6))}));
   EXPECT_FALSE(can_stack_rows({a, quantize_fp8(random_matrix(8, 32, 7), 16, 32)}));
