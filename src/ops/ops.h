@@ -66,6 +66,10 @@ void norm_rope(const RmsNormParams& norm, const std::vector<float>& inverse_freq
 // Returns [rows, vocab] f32.
 Tensor centroid_masked_logits(const Tensor& hidden, const Tensor& lm_head, const Tensor& scores,
                               const Tensor& token_ordering, int64_t top_k);
+// Error unless the centroid head runs on `device` with `num_centroids` centroids over rows of
+// `hidden_size`: the GPU kernel holds a row's scores and hidden state in shared memory (12288 of
+// each at most; the hidden size a multiple of 8). For loaders, before any step.
+void check_centroid_head(int64_t num_centroids, int64_t hidden_size, Device device);
 
 // On a GPU: ids[r] and logprobs[r], the token row r of logits [rows, vocab] f32 gives with
 // rows[r]'s parameters and draw, and its raw log-probability ([rows] int32 and f32, on the

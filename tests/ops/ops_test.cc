@@ -5,6 +5,7 @@
 #include <random>
 #include <vector>
 
+#include "core/error.h"
 #include "ops/cpu/matmul.h"
 #include "ops/cpu/ops.h"
 #include "ops/ops.h"
@@ -196,6 +197,16 @@ TEST(RopeTest, Llama3ScalingBands) {
   EXPECT_GT(kept, 0);
   EXPECT_GT(divided, 0);
   EXPECT_GT(blended, 0);
+}
+
+// The GPU's centroid head holds a row's centroid scores and hidden state in shared memory: shapes
+// past it are refused when the assistant loads, not at its first draft.
+TEST(OpsTest, CentroidHeadShapesAreCheckedForTheDevice) {
+  EXPECT_NO_THROW(ops::check_centroid_head(2048, 2560, Device::cuda(0)));  // Gemma 4's assistant
+  EXPECT_NO_THROW(ops::check_centroid_head(16384, 100, Device::cpu()));    // the CPU has no limit
+  EXPECT_THROW(ops::check_centroid_head(16384, 2560, Device::cuda(0)), Error);
+  EXPECT_THROW(ops::check_centroid_head(2048, 16384, Device::cuda(0)), Error);
+  EXPECT_THROW(ops::check_centroid_head(2048, 100, Device::cuda(0)), Error);  // not a multiple of 8
 }
 
 }  // namespace

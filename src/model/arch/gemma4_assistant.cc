@@ -30,6 +30,7 @@ Gemma4Assistant::Gemma4Assistant(const ModelConfig& config, WeightSource& weight
       fail("{}: num_centroids {} does not divide the vocabulary of {}", config.source, centroids,
            config.vocab_size);
     }
+    ops::check_centroid_head(centroids, hidden, lm_head_.device());
     centroids_ = weights.get("masked_embedding.centroids.weight", {centroids, hidden});
     const std::vector<int64_t> ordering =
         weights.get_int64("masked_embedding.token_ordering", {config.vocab_size});
