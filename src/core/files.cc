@@ -2,7 +2,6 @@
 
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 #include <system_error>
 
 #include "core/error.h"
@@ -20,11 +19,25 @@ bool is_regular_file_path(const std::string& path) {
 }
 
 std::string read_text_file(const std::string& path) {
+  // A regular file of bounded size: a device (a link to /dev/zero) would be read for ever, and a
+  // FIFO would block the open.
+  std::error_code error;
+  const std::filesystem::file_status status = std::filesystem::status(path, error);
+  if (error || !std::filesystem::exists(status)) {
+    fail("cannot read '{}': no such file or not readable", path);
+  }
+  if (!std::filesystem::is_regular_file(status)) fail("cannot read '{}': not a regular file", path);
+  const std::uintmax_t size = std::filesystem::file_size(path, error);
+  if (error) fail("cannot read '{}': {}", path, error.message());
+  if (size > static_cast<std::uintmax_t>(kMaxTextFileBytes)) {
+    fail("cannot read '{}': {} bytes; text files are read up to {}", path, size, kMaxTextFileBytes);
+  }
   std::ifstream file(path, std::ios::binary);
   if (!file) fail("cannot read '{}': no such file or not readable", path);
-  std::stringstream contents;
-  contents << file.rdbuf();
-  return contents.str();
+  std::string contents(static_cast<size_t>(size), '\0');
+  file.read(contents.data(), static_cast<std::streamsize>(size));
+  contents.resize(static_cast<size_t>(file.gcount()));
+  return contents;
 }
 
 nlohmann::json read_json_file(const std::string& path) {

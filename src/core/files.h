@@ -12,7 +12,10 @@ namespace pagoda {
 bool path_exists(const std::string& path);
 bool is_regular_file_path(const std::string& path);
 
-// The file's bytes; Error when it cannot be read.
+// The most bytes read_text_file reads: far more than any config, tokenizer or template holds.
+inline constexpr int64_t kMaxTextFileBytes = int64_t{1} << 30;
+// The file's bytes; Error when it cannot be read, is not a regular file (a device, a FIFO) or is
+// longer than kMaxTextFileBytes.
 std::string read_text_file(const std::string& path);
 // The file parsed as JSON (nesting checked first); Error naming the file and where parsing
 // failed.

@@ -57,7 +57,8 @@ class HostStorage final : public Storage {
 class MappedFileStorage final : public Storage {
  public:
   explicit MappedFileStorage(const std::string& path) {
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    // Non-blocking, so a FIFO in a checkpoint fails below instead of waiting for a writer.
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) fail("cannot open '{}': {}", path, std::strerror(errno));
     struct stat info {};
     if (::fstat(fd, &info) != 0) {

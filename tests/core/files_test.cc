@@ -1,7 +1,10 @@
 #include "core/files.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include <fstream>
 #include <string>
 
 #include "core/error.h"
@@ -37,6 +40,39 @@ TEST(JsonDepthTest, CountsOnlyStructure) {
   for (int i = 0; i <= kMaxJsonDepth; ++i)
     mixed += i % 2 == 0 ? "{\"k\": " : "[";
   EXPECT_THROW(check_json_depth(mixed, "x"), Error);
+}
+
+// Text files are read only when they are regular files: a device (a link to /dev/zero) would be
+// read for ever and a FIFO would block the open. None of these may hang or throw anything but
+// Error; path checks never throw at all.
+TEST(FilesTest, OnlyRegularFilesAreRead) {
+  const std::string dir = ::testing::TempDir() + "pagoda_files_" + std::to_string(::getpid());
+  ASSERT_EQ(::mkdir(dir.c_str(), 0700), 0);
+  const std::string fifo = dir + "/config.json";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  const std::string zero = dir + "/tokenizer.json";
+  ASSERT_EQ(::symlink("/dev/zero", zero.c_str()), 0);
+  for (const std::string& path : {fifo, zero, dir}) {
+    try {
+      read_text_file(path);
+      ADD_FAILURE() << path << " was read";
+    } catch (const Error& error) {
+      EXPECT_NE(std::string(error.what()).find("not a regular file"), std::string::npos)
+          << error.what();
+    }
+  }
+  EXPECT_TRUE(path_exists(fifo));
+  EXPECT_FALSE(is_regular_file_path(fifo));
+  const std::string text = dir + "/ok.json";
+  std::ofstream(text) << "{\"a\": 1}";
+  EXPECT_EQ(read_text_file(text), "{\"a\": 1}");
+  EXPECT_TRUE(is_regular_file_path(text));
+  // A name longer than the system allows is one that does not exist.
+  EXPECT_FALSE(path_exists(std::string(300, 'x')));
+  EXPECT_FALSE(is_regular_file_path(dir + "/" + std::string(300, 'x')));
+  for (const std::string& path : {fifo, zero, text})
+    ::unlink(path.c_str());
+  ::rmdir(dir.c_str());
 }
 
 }  // namespace

@@ -1,6 +1,8 @@
 #include "core/storage.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <fstream>
@@ -61,6 +63,11 @@ TEST(StorageTest, MissingFileNamesThePath) {
               std::string::npos);
   }
   EXPECT_THROW(map_file_read_only(::testing::TempDir()), Error);  // a directory
+  // A FIFO (a shard a hostile index names) is refused at once instead of blocking the open.
+  const std::string fifo = ::testing::TempDir() + "pagoda_fifo_" + std::to_string(::getpid());
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  EXPECT_THROW(map_file_read_only(fifo), Error);
+  ::unlink(fifo.c_str());
 }
 
 TEST(StorageTest, CopyBytesBetweenHostStorages) {
