@@ -228,26 +228,31 @@ std::vector<NonFiniteTensor> find_non_finite(const Checkpoint& checkpoint) {
   for (const std::string& name : checkpoint.names()) {
     const Tensor& tensor = checkpoint.tensor(name);
     const int64_t n = tensor.numel();
-    // NaN and the infinities are the values whose exponent bits are all ones.
-    const auto scan = [&](const auto* values, auto exponent_all_ones) {
+    // NaN and the infinities are the values whose exponent bits are all ones (e4m3 has no
+    // infinities: its NaN is every bit but the sign). A tensor's data need not be aligned in the
+    // file, so each value's bits are copied out.
+    const auto scan = [&]<typename Bits>(Bits, auto non_finite) {
+      const std::byte* data = tensor.raw_data();
       NonFiniteTensor bad{.name = name};
       for (int64_t i = 0; i < n; ++i) {
-        if (exponent_all_ones(values[i]) && bad.count++ == 0) bad.first = i;
+        Bits bits;
+        std::memcpy(&bits, data + i * sizeof(Bits), sizeof(Bits));
+        if (non_finite(bits) && bad.count++ == 0) bad.first = i;
       }
       if (bad.count > 0) found.push_back(std::move(bad));
     };
     switch (tensor.dtype()) {
       case DType::kF32:
-        scan(reinterpret_cast<const uint32_t*>(tensor.raw_data()),
-             [](uint32_t bits) { return (bits & 0x7F800000u) == 0x7F800000u; });
+        scan(uint32_t{}, [](uint32_t bits) { return (bits & 0x7F800000u) == 0x7F800000u; });
         break;
       case DType::kBF16:
-        scan(reinterpret_cast<const uint16_t*>(tensor.raw_data()),
-             [](uint16_t bits) { return (bits & 0x7F80u) == 0x7F80u; });
+        scan(uint16_t{}, [](uint16_t bits) { return (bits & 0x7F80u) == 0x7F80u; });
         break;
       case DType::kF16:
-        scan(reinterpret_cast<const uint16_t*>(tensor.raw_data()),
-             [](uint16_t bits) { return (bits & 0x7C00u) == 0x7C00u; });
+        scan(uint16_t{}, [](uint16_t bits) { return (bits & 0x7C00u) == 0x7C00u; });
+        break;
+      case DType::kF8E4M3:
+        scan(uint8_t{}, [](uint8_t bits) { return (bits & 0x7Fu) == 0x7Fu; });
         break;
       default:
         break;  // integer tensors hold no NaN

@@ -5,6 +5,7 @@
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 
@@ -286,9 +287,15 @@ Weight WeightSource::stored_fp8(const std::string& name, const Shape& shape,
   // The scales in f32, contiguous, on the host.
   Tensor f32 = Tensor::empty(scale_shape, DType::kF32);
   const Tensor dense = scales.contiguous();
-  for (int64_t i = 0; i < f32.numel(); ++i)
-    f32.data<float>()[i] =
-        cpu::load_float(dense.raw_data() + i * dense.element_size(), dense.dtype());
+  for (int64_t i = 0; i < f32.numel(); ++i) {
+    const float scale = cpu::load_float(dense.raw_data() + i * dense.element_size(), dense.dtype());
+    // A scale of 0, below 0 or not finite turns the weight into zeros or NaN.
+    if (!(std::isfinite(scale) && scale > 0.0f)) {
+      fail("{}: scale '{}' holds {} at index {}; FP8 scales must be finite and positive", file,
+           scale_name, scale, i);
+    }
+    f32.data<float>()[i] = scale;
+  }
   Weight weight(values, f32, block_rows, block_cols);
   check_slice(name, shape, slice);
   if (slice.length != 0) {

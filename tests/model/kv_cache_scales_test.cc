@@ -2,7 +2,7 @@
 // attention layers and used by an e4m3 cache (their arithmetic is in tests/attention): llama-tiny
 // with scale tensors of 1 runs exactly as without them; with k_scale 1e-3 (K stored times 1000,
 // saturating at 448) the e4m3 cache's log-probabilities move, while a bf16 cache ignores the
-// scales; a scale that is not finite and positive is refused, naming the tensor.
+// scales; a scale that is not finite and positive (or is subnormal) is refused, naming the tensor.
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -113,13 +113,17 @@ TEST(KvCacheScalesTest, AreReadAndUsedByAnFp8Cache) {
   EXPECT_GT(largest_difference(prompt_logprobs(saturating, DType::kF8E4M3), fp8), 0.1);
   EXPECT_EQ(largest_difference(prompt_logprobs(saturating, DType::kBF16), bf16), 0.0);
 
-  const std::string negative = checkpoint_with({{"model.layers.1.self_attn.v_scale", -2.0f}});
-  try {
-    prompt_logprobs(negative, DType::kF8E4M3);
-    ADD_FAILURE() << "a negative KV cache scale was accepted";
-  } catch (const Error& error) {
-    EXPECT_NE(std::string(error.what()).find("model.layers.1.self_attn.v_scale"), std::string::npos)
-        << error.what();
+  // Negative, and subnormal (whose inverse, which the cache is written with, is infinite).
+  for (const float bad : {-2.0f, 1e-40f}) {
+    const std::string refused = checkpoint_with({{"model.layers.1.self_attn.v_scale", bad}});
+    try {
+      prompt_logprobs(refused, DType::kF8E4M3);
+      ADD_FAILURE() << "a KV cache scale of " << bad << " was accepted";
+    } catch (const Error& error) {
+      EXPECT_NE(std::string(error.what()).find("model.layers.1.self_attn.v_scale"),
+                std::string::npos)
+          << error.what();
+    }
   }
 }
 

@@ -217,12 +217,16 @@ TEST(WeightsTest, QuantizesProjectionsAtLoad) {
 TEST(WeightsTest, Fp8ScalesAreChecked) {
   const std::string dir = ::testing::TempDir() + "pagoda_weights_fp8_" + std::to_string(::getpid());
   std::filesystem::create_directories(dir);
-  const auto write = [&](const nlohmann::json& header, int64_t bytes) {
+  // The header, then `bytes` of data: zeros, but the last `scales` f32 values are 1.
+  const auto write = [&](const nlohmann::json& header, int64_t bytes, int64_t scales = 0) {
     const std::string text = header.dump();
     const uint64_t length = text.size();
     std::ofstream file(dir + "/model.safetensors", std::ios::binary | std::ios::trunc);
     file.write(reinterpret_cast<const char*>(&length), 8);
-    file << text << std::string(bytes, '\0');
+    file << text << std::string(bytes - 4 * scales, '\0');
+    const float one = 1.0f;
+    for (int64_t i = 0; i < scales; ++i)
+      file.write(reinterpret_cast<const char*>(&one), 4);
   };
   QuantizationConfig quantization = resolve_quantization({}, "fp8");
   quantization.stored = true;
@@ -246,10 +250,12 @@ TEST(WeightsTest, Fp8ScalesAreChecked) {
        {"w.weight_scale_inv", {{"dtype", "F32"}, {"shape", {1, 1}}, {"data_offsets", {512, 516}}}}},
       516);
   expect_error("needs [2, 1] f32 scales");
-  write(
-      {{"w.weight", weight},
-       {"w.weight_scale_inv", {{"dtype", "F32"}, {"shape", {2, 1}}, {"data_offsets", {512, 520}}}}},
-      520);
+  const nlohmann::json two_scales = {
+      {"w.weight", weight},
+      {"w.weight_scale_inv", {{"dtype", "F32"}, {"shape", {2, 1}}, {"data_offsets", {512, 520}}}}};
+  write(two_scales, 520);
+  expect_error("holds 0 at index 0; FP8 scales must be finite and positive");
+  write(two_scales, 520, 2);
   WeightSource good = WeightSource::from_checkpoint(dir);
   good.set_quantization(quantization);
   EXPECT_EQ(good.get_weight("w.weight", {32, 16}).scales.shape(), (Shape{2, 1}));

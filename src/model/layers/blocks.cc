@@ -1,6 +1,7 @@
 #include "model/layers/blocks.h"
 
 #include <cmath>
+#include <limits>
 
 #include "attention/context_merge.h"
 #include "ops/ops.h"
@@ -125,8 +126,10 @@ SelfAttention::SelfAttention(WeightSource& weights, const std::string& prefix, i
     // Scales must be finite and positive: K and V are stored divided by them.
     const auto read_scale = [&](const std::string& name) {
       const float value = weights.get_scalar(name);
-      if (!(std::isfinite(value) && value > 0.0f)) {
-        fail("KV cache scale '{}' is {}; it must be finite and positive", name, value);
+      // Normal floats only: the cache is written times 1 / scale, which a subnormal overflows.
+      if (!(std::isfinite(value) && value >= std::numeric_limits<float>::min())) {
+        fail("KV cache scale '{}' is {}; it must be finite and positive, and not subnormal", name,
+             value);
       }
       return value;
     };
