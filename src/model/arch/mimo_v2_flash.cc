@@ -142,6 +142,8 @@ Tensor MiMoV2FlashModel::run_moe(const Moe& moe, const Tensor& x) {
     for (int64_t e = 0; e < experts; ++e) {
       score[e] = 1.0f / (1.0f + std::exp(-logits.data<float>()[t * experts + e]));
       choice[e] = score[e] + moe.bias[e];
+      // A NaN (from NaN weights or bias) ranks last, so the sorts below see an ordering.
+      if (std::isnan(choice[e])) choice[e] = -std::numeric_limits<float>::infinity();
     }
     // Groups ranked by the sum of their two best choice scores; experts outside the best groups
     // cannot be chosen.
