@@ -1,6 +1,7 @@
 // `pagoda generate` end to end on a fixture checkpoint.
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -371,26 +372,47 @@ TEST(GenerateCliTest, ModelFieldsOfTheWrongTypeFailInOneLine) {
   std::system(("rm -rf " + dir).c_str());
 }
 
-// A checkpoint with one NaN weight runs unless --check-weights asks for every weight to be read
-// first; then it is refused, naming the tensor.
+// In `dir`'s model.safetensors, the first value of the first tensor `pick` accepts (given its name
+// and dtype, in the header's order) becomes `value(dtype)`'s bytes. Returns that tensor's name.
+std::string overwrite_first_value(
+    const std::string& dir, const std::function<bool(const std::string&, const std::string&)>& pick,
+    const std::function<std::string(const std::string&)>& value) {
+  std::fstream file(dir + "/model.safetensors", std::ios::in | std::ios::out | std::ios::binary);
+  uint64_t header_size = 0;
+  file.read(reinterpret_cast<char*>(&header_size), 8);
+  std::string header(header_size, '\0');
+  file.read(header.data(), static_cast<std::streamsize>(header_size));
+  const nlohmann::json entries = nlohmann::json::parse(header);
+  for (const auto& [name, entry] : entries.items()) {
+    if (name == "__metadata__" || !pick(name, entry["dtype"])) continue;
+    file.seekp(
+        static_cast<std::streamoff>(8 + header_size + entry["data_offsets"][0].get<uint64_t>()));
+    const std::string bytes = value(entry["dtype"]);
+    file.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    return name;
+  }
+  ADD_FAILURE() << "no tensor to overwrite in " << dir;
+  return "";
+}
+
+template <typename T>
+std::string bytes_of(T value) {
+  return std::string(reinterpret_cast<const char*>(&value), sizeof(T));
+}
+
 // An FP8 block scale of 0, below 0 or not finite is refused at load, naming the scale tensor.
 TEST(GenerateCliTest, Fp8ScalesMustBeFiniteAndPositive) {
   const std::string fixture = std::string(PAGODA_SOURCE_DIR) + "/tests/fixtures/llama-fp8-tiny";
   const std::string dir = ::testing::TempDir() + "pagoda_scale_" + std::to_string(::getpid());
-  const std::string name = "model.layers.1.mlp.up_proj.weight_scale_inv";
+  const std::string scale = "model.layers.1.mlp.up_proj.weight_scale_inv";
   for (const float bad : {0.0f, -1.0f, std::numeric_limits<float>::infinity()}) {
     std::system(("rm -rf " + dir + " && cp -r " + fixture + " " + dir).c_str());
-    std::fstream file(dir + "/model.safetensors", std::ios::in | std::ios::out | std::ios::binary);
-    uint64_t header_size = 0;
-    file.read(reinterpret_cast<char*>(&header_size), 8);
-    std::string header(header_size, '\0');
-    file.read(header.data(), static_cast<std::streamsize>(header_size));
-    const nlohmann::json entry = nlohmann::json::parse(header)[name];
-    ASSERT_EQ(entry["dtype"], "F32");
-    file.seekp(
-        static_cast<std::streamoff>(8 + header_size + entry["data_offsets"][0].get<uint64_t>()));
-    file.write(reinterpret_cast<const char*>(&bad), 4);
-    file.close();
+    const std::string name = overwrite_first_value(
+        dir, [&](const std::string& n, const std::string& dtype) { return n == scale; },
+        [&](const std::string& dtype) {
+          EXPECT_EQ(dtype, "F32");
+          return bytes_of(bad);
+        });
     const CliRun run = run_pagoda("generate --model " + dir + " --prompt-ids 1,2,3 --max-tokens 2");
     EXPECT_EQ(run.exit_code, 1) << bad << ": " << run.err;
     EXPECT_NE(run.err.find(name), std::string::npos) << run.err;
@@ -399,42 +421,23 @@ TEST(GenerateCliTest, Fp8ScalesMustBeFiniteAndPositive) {
   std::system(("rm -rf " + dir).c_str());
 }
 
+// A checkpoint with one NaN weight runs unless --check-weights asks for every weight to be read
+// first; then it is refused, naming the tensor. The first tensor of llama-tiny (f32), and the
+// first e4m3 one of its FP8 checkpoint, get a NaN of their dtype as their first value.
 TEST(GenerateCliTest, CheckWeightsRefusesNaN) {
-  // The first tensor of llama-tiny (f32), and the first e4m3 one of its FP8 checkpoint, get a NaN
-  // of their dtype as their first value.
   for (const std::string fixture_name : {"llama-tiny", "llama-fp8-tiny"}) {
     const std::string fixture = std::string(PAGODA_SOURCE_DIR) + "/tests/fixtures/" + fixture_name;
     const std::string dir = ::testing::TempDir() + "pagoda_nan_" + std::to_string(::getpid());
     std::system(("rm -rf " + dir + " && cp -r " + fixture + " " + dir).c_str());
-    std::fstream file(dir + "/model.safetensors", std::ios::in | std::ios::out | std::ios::binary);
-    uint64_t header_size = 0;
-    file.read(reinterpret_cast<char*>(&header_size), 8);
-    std::string header(header_size, '\0');
-    file.read(header.data(), static_cast<std::streamsize>(header_size));
-    const nlohmann::json entries = nlohmann::json::parse(header);
     const bool fp8 = fixture_name == "llama-fp8-tiny";
-    std::string name;
-    for (const auto& [key, entry] : entries.items()) {
-      if (key != "__metadata__" && (!fp8 || entry["dtype"] == "F8_E4M3")) {
-        name = key;
-        break;
-      }
-    }
-    ASSERT_FALSE(name.empty()) << fixture_name;
-    const nlohmann::json& entry = entries[name];
-    const std::string dtype = entry["dtype"];
-    file.seekp(
-        static_cast<std::streamoff>(8 + header_size + entry["data_offsets"][0].get<uint64_t>()));
-    if (dtype == "F32") {
-      const uint32_t nan = 0x7FC00000u;
-      file.write(reinterpret_cast<const char*>(&nan), 4);
-    } else if (dtype == "F8_E4M3") {
-      file.put(static_cast<char>(0x7F));
-    } else {
-      const uint16_t nan = dtype == "BF16" ? 0x7FC0u : 0x7E00u;
-      file.write(reinterpret_cast<const char*>(&nan), 2);
-    }
-    file.close();
+    const std::string name = overwrite_first_value(
+        dir,
+        [&](const std::string&, const std::string& dtype) { return !fp8 || dtype == "F8_E4M3"; },
+        [](const std::string& dtype) {
+          if (dtype == "F32") return bytes_of(uint32_t{0x7FC00000u});
+          if (dtype == "F8_E4M3") return bytes_of(uint8_t{0x7F});
+          return bytes_of(uint16_t{dtype == "BF16" ? uint16_t{0x7FC0u} : uint16_t{0x7E00u}});
+        });
 
     const std::string base = "generate --model " + dir + " --prompt-ids 1,2,3 --max-tokens 2";
     EXPECT_EQ(run_pagoda(base).exit_code, 0) << fixture_name;

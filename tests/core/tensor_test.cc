@@ -82,7 +82,7 @@ TEST(TensorTest, AsStridedChecksBounds) {
   EXPECT_NO_THROW(t.as_strided({0, 9}, {1000, 1000}, 16));  // empty views touch nothing
   // Views whose extent wraps past 64 bits back into the storage are refused too.
   const int64_t huge = int64_t{1} << 62;
-  EXPECT_THROW(t.as_strided({3}, {huge}, 0), Error);        // 2 * 2^62 elements
+  EXPECT_THROW(t.as_strided({3}, {huge}, 0), Error);  // 2 * 2^62 elements
   EXPECT_THROW(t.as_strided({2, 2}, {huge, huge}, 0), Error);
   EXPECT_THROW(t.as_strided({5}, {int64_t{1} << 61}, 0), Error);  // 4 * 2^61 * 4 bytes
 }

@@ -237,9 +237,9 @@ TEST(KvCacheManagerTest, TablesKeepRowsAcrossGrowthAndReuseFreedOnes) {
 }
 
 // A model with only sliding-window layers holds a few blocks per request however long it runs (the
-// plan asks for its window and one step's tokens), so its max_model_len may be huge: its tables start at most kMaxInitialTableBlocks wide (not one
-// entry per block of max_model_len, which would be terabytes here) and widen as a request grows,
-// keeping every row's entries.
+// plan asks for its window and one step's tokens), so its max_model_len may be huge: its tables
+// start at most kMaxInitialTableBlocks wide (not one entry per block of max_model_len, which would
+// be terabytes here) and widen as a request grows, keeping every row's entries.
 TEST(KvCacheManagerTest, TablesWidenAsARequestOutgrowsThem) {
   const int64_t first_width = KvCacheManager::kMaxInitialTableBlocks;
   const KvCachePlan plan =
