@@ -8,6 +8,7 @@
 #include <cuda_runtime.h>
 #include <fmt/core.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <mutex>
 #include <string>

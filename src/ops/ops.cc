@@ -159,13 +159,13 @@ void sample(const Tensor& logits, std::span<const SamplingRow> rows, const Tenso
 }
 
 void check_centroid_head(int64_t num_centroids, int64_t hidden_size, Device device) {
-  constexpr int64_t kMostOnGpu = 48 * 1024 / 4;  // f32 values in the kernel's shared arrays
   if (device.is_cpu()) return;
-  if (num_centroids > kMostOnGpu || hidden_size > kMostOnGpu || hidden_size % 8 != 0) {
+  if (num_centroids > kCentroidHeadMaxWidth || hidden_size > kCentroidHeadMaxWidth ||
+      hidden_size % 8 != 0) {
     fail(
         "the centroid head on a GPU takes up to {} centroids and hidden sizes up to {} that are "
         "multiples of 8; got {} centroids and hidden size {}",
-        kMostOnGpu, kMostOnGpu, num_centroids, hidden_size);
+        kCentroidHeadMaxWidth, kCentroidHeadMaxWidth, num_centroids, hidden_size);
   }
 }
 

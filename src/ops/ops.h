@@ -70,6 +70,9 @@ Tensor centroid_masked_logits(const Tensor& hidden, const Tensor& lm_head, const
 // `hidden_size`: the GPU kernel holds a row's scores and hidden state in shared memory (12288 of
 // each at most; the hidden size a multiple of 8). For loaders, before any step.
 void check_centroid_head(int64_t num_centroids, int64_t hidden_size, Device device);
+// The widest score or hidden row the GPU centroid head holds: 48 KiB of f32, the shared memory a
+// launch gets without opting in.
+inline constexpr int64_t kCentroidHeadMaxWidth = 48 * 1024 / 4;
 
 // On a GPU: ids[r] and logprobs[r], the token row r of logits [rows, vocab] f32 gives with
 // rows[r]'s parameters and draw, and its raw log-probability ([rows] int32 and f32, on the

@@ -14,6 +14,7 @@
 #include "core/cuda/launch.h"
 #include "core/error.h"
 #include "ops/cuda/ops.h"
+#include "ops/ops.h"
 
 namespace pagoda::cuda {
 namespace {
@@ -172,9 +173,10 @@ void centroid_masked_logits(const Tensor& hidden, const Tensor& lm_head, const T
                hidden_size);
   PAGODA_CHECK(vocab % num_centroids == 0 && top_k >= 1 && top_k <= num_centroids,
                "centroid head: {} centroids over {} tokens, top {}", num_centroids, vocab, top_k);
-  PAGODA_CHECK(num_centroids * 4 <= 48 * 1024 && hidden_size * 4 <= 48 * 1024,
-               "centroid head: {} centroids or hidden size {} exceed shared memory", num_centroids,
-               hidden_size);
+  PAGODA_CHECK(
+      num_centroids <= ops::kCentroidHeadMaxWidth && hidden_size <= ops::kCentroidHeadMaxWidth,
+      "centroid head: {} centroids or hidden size {} exceed shared memory", num_centroids,
+      hidden_size);
   if (rows == 0) return;
   const int64_t per_centroid = vocab / num_centroids;
   const int64_t selected = rows * top_k * per_centroid;
