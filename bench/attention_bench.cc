@@ -236,14 +236,20 @@ Result run_case(const Tensor& pool, DType dtype, PageOrder order, int64_t page_p
   return result;
 }
 
+// The prefill CTA shapes timed side by side; the first is every head's fallback.
+constexpr std::array<cuda::PrefillCtas, 3> kPrefillShapes = {cuda::PrefillCtas::k4Warps16Rows,
+                                                             cuda::PrefillCtas::k8Warps16Rows,
+                                                             cuda::PrefillCtas::k4Warps32Rows};
+
 struct PrefillResult {
   std::string refusal;  // why pagoda refused the shape; empty where it ran
-  double us = 0;
-  double flops = 0;          // per second
-  double wide_us = 0;        // with 128-row CTAs (heads of 128 and 256); 0 elsewhere
-  double wide_flops = 0;     // per second
-  double wide_distance = 0;  // the largest relative L2 distance of its rows from the default's
-  double peer_us = 0;        // 0 where no peer was timed
+  double us = 0;        // with the default CTAs
+  double flops = 0;     // per second
+  // Each of kPrefillShapes (0 where the head has no such CTAs), and the largest relative L2
+  // distance of its rows from the first's.
+  std::array<double, kPrefillShapes.size()> shape_us{};
+  std::array<double, kPrefillShapes.size()> shape_distance{};
+  double peer_us = 0;  // 0 where no peer was timed
   double peer_flops = 0;
   double peer_distance = 0;
 };
@@ -324,15 +330,17 @@ PrefillResult run_prefill(const Tensor& pool, int64_t head, int64_t batch, int64
     result.flops = flops / (ms * 1e-3);
   }
   if (result.refusal.empty() && (head == 128 || head == 256)) {
-    // The same with 128-row CTAs (8 warps), checked against the default's output first.
-    const Tensor reference = output.to(Device::cpu());
-    plan.prefill_rows = 128;
-    attend();
-    result.wide_distance = relative_distance(output, reference, head);
-    const double ms = bench::graph_median_ms(5, 4, [&](int) { attend(); });
-    result.wide_us = ms * 1e3;
-    result.wide_flops = flops / (ms * 1e-3);
-    plan.prefill_rows = 0;
+    // Each CTA shape the head has, checked against the first shape's output.
+    Tensor reference;
+    for (size_t i = 0; i < kPrefillShapes.size(); ++i) {
+      if (kPrefillShapes[i] == cuda::PrefillCtas::k4Warps32Rows && head != 128) continue;
+      plan.prefill_ctas = kPrefillShapes[i];
+      attend();
+      if (i == 0) reference = output.to(Device::cpu());
+      result.shape_distance[i] = relative_distance(output, reference, head);
+      result.shape_us[i] = bench::graph_median_ms(5, 4, [&](int) { attend(); }) * 1e3;
+    }
+    plan.prefill_ctas = cuda::PrefillCtas::kDefault;
   }
   return result;
 }
@@ -342,6 +350,17 @@ constexpr Peer kPeer = Peer::kFlashInfer;
 #else
 constexpr Peer kPeer = Peer::kNone;
 #endif
+
+std::string prefill_shape_name(cuda::PrefillCtas ctas) {
+  switch (ctas) {
+    case cuda::PrefillCtas::k8Warps16Rows:
+      return "8×16";
+    case cuda::PrefillCtas::k4Warps32Rows:
+      return "4×32";
+    default:
+      return "4×16";
+  }
+}
 
 // The decode table's FlashInfer cells of a row: time, share of copy bandwidth, pagoda's time over
 // FlashInfer's and how far apart their outputs are; none without FlashInfer.
@@ -362,21 +381,28 @@ void print_prefill_table(const Tensor& pool, std::mt19937& rng) {
     peer_rule = "---:|---:|---:|---:|";
   }
   fmt::print(
-      "128-row CTAs: the same kernel with 8 warps of 16 rows (heads of 128 and 256), against the "
-      "64-row default; rel. diff from the default's output.\n\n");
-  fmt::print("| head | prompts | µs | TFLOP/s | 128-row µs | TFLOP/s | rel. diff |{}\n",
-             peer_header);
-  fmt::print("|---:|---:|---:|---:|---:|---:|---:|{}\n", peer_rule);
+      "pagoda: its default CTAs for the head (default); then, for heads of 128 and 256, each CTA "
+      "shape: 4 warps of 16 rows (4×16), 8 warps of 16 rows (8×16), 4 warps of 32 rows (4×32, "
+      "head 128), with the rel. diff of 8×16 and 4×32 from 4×16's output.\n\n");
+  fmt::print(
+      "| head | prompts | default | µs | TFLOP/s | 4×16 µs | 8×16 µs | rel. diff | 4×32 µs | "
+      "rel. diff |{}\n",
+      peer_header);
+  fmt::print("|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|{}\n", peer_rule);
   std::vector<std::string> refusals;
   for (int64_t head : {128, 256, 512}) {
     for (const auto& [batch, prompt] : kPrefillBatches) {
       const PrefillResult r = run_prefill(pool, head, batch, prompt, kPeer, rng);
-      std::string cells = r.refusal.empty()
-                              ? fmt::format(" {:.0f} | {:.0f} |", r.us, r.flops / 1e12)
-                              : fmt::format(" — ({}) | — |", refusals.size() + 1);
-      cells += r.wide_us > 0 ? fmt::format(" {:.0f} | {:.0f} | {:.1e} |", r.wide_us,
-                                           r.wide_flops / 1e12, r.wide_distance)
-                             : " — | — | — |";
+      std::string cells =
+          fmt::format(" {} |", prefill_shape_name(cuda::default_prefill_ctas(head, head)));
+      cells += r.refusal.empty() ? fmt::format(" {:.0f} | {:.0f} |", r.us, r.flops / 1e12)
+                                 : fmt::format(" — ({}) | — |", refusals.size() + 1);
+      for (size_t i = 0; i < kPrefillShapes.size(); ++i) {
+        cells += r.shape_us[i] > 0 ? fmt::format(" {:.0f} |", r.shape_us[i]) : " — |";
+        if (i > 0) {
+          cells += r.shape_us[i] > 0 ? fmt::format(" {:.1e} |", r.shape_distance[i]) : " — |";
+        }
+      }
       if (!r.refusal.empty()) refusals.push_back(r.refusal);
       if (r.peer_us > 0) {
         cells += fmt::format(" {:.0f} | {:.0f} | ", r.peer_us, r.peer_flops / 1e12);
@@ -430,7 +456,7 @@ void print_verify_table(const Tensor& pool, double copy, std::mt19937& rng) {
 }
 
 // With no arguments: the tables. With BATCH CONTEXT [hnd] [fp8]: that one decode case, pagoda
-// alone (for a profiler). With "verify": the verify table alone.
+// alone (for a profiler). With "verify" or "prefill": that table alone.
 void run(int argc, char** argv) {
   const double copy = bench::copy_bandwidth();
   fmt::print("device-to-device copy: {:.0f} GB/s (read + write)\n\n", copy / 1e9);
@@ -440,6 +466,10 @@ void run(int argc, char** argv) {
   std::mt19937 rng(1);
   if (argc == 2 && std::string(argv[1]) == "verify") {
     print_verify_table(pool, copy, rng);
+    return;
+  }
+  if (argc == 2 && std::string(argv[1]) == "prefill") {
+    print_prefill_table(pool, rng);
     return;
   }
   if (argc >= 3) {

@@ -15,6 +15,9 @@
 
 #include "attention/backend.h"
 #include "ops/cpu/ops.h"
+#if PAGODA_HAVE_CUDA
+#include "attention/cuda/cuda_backend.h"
+#endif
 
 namespace pagoda {
 namespace {
@@ -49,6 +52,8 @@ struct AttentionCase {
 struct BackendCase {
   std::string backend;
   AttentionCase c;
+  // The CUDA backend's prefill CTAs, a cuda::PrefillCtas other than kDefault, or 0: the plan's own.
+  int prefill_ctas = 0;
 };
 
 void PrintTo(const BackendCase& bc, std::ostream* os) {
@@ -294,10 +299,16 @@ TEST_P(AttentionTest, MatchesDenseAttention) {
                               .lse = lse.data<float>(),
                               .k_scale = c.k_scale,
                               .v_scale = c.v_scale};
-  const std::unique_ptr<AttentionPlan> plan =
-      backend.make_plan({.page = page,
-                         .max_model_len = c.graph_max_len > 0 ? c.graph_max_len : longest,
-                         .device = device});
+  const AttentionGroup group{.page = page,
+                             .max_model_len = c.graph_max_len > 0 ? c.graph_max_len : longest,
+                             .device = device};
+  std::unique_ptr<AttentionPlan> plan;
+#if PAGODA_HAVE_CUDA
+  if (GetParam().prefill_ctas != 0) {
+    plan = make_cuda_plan(group, static_cast<cuda::PrefillCtas>(GetParam().prefill_ctas));
+  }
+#endif
+  if (!plan) plan = backend.make_plan(group);
   plan->update(meta, {.graph = c.graph_max_len > 0});
   const Tensor output = host_tensor({rows, c.q_heads * c.head_v}, activation, {}).to(device);
   plan->forward(params, query, key, value, cache, output);
@@ -694,6 +705,33 @@ std::vector<BackendCase> backend_cases() {
       if (supports(find_attention_backend(name), c)) out.push_back({name, c});
     }
   }
+#if PAGODA_HAVE_CUDA
+  // The CUDA prefill rows of heads 128 and 256 under each CTA shape: masks, windows, sinks,
+  // softcaps, DCP, padded rows and pages, e4m3 pages.
+  const std::vector<std::string> prefills = {"llama nhd",
+                                             "padded pages 128",
+                                             "sliding softcap sinks 256",
+                                             "prefill chunks",
+                                             "dcp prefill window rows without keys",
+                                             "heads 128/128",
+                                             "heads 256/256",
+                                             "fp8 llama nhd",
+                                             "fp8 prefill chunks",
+                                             "fp8 sliding softcap sinks 256"};
+  size_t matched = 0;
+  for (const AttentionCase& c : cases()) {
+    if (std::find(prefills.begin(), prefills.end(), c.label) == prefills.end()) continue;
+    ++matched;
+    for (const auto& [ctas, name] : {std::pair{cuda::PrefillCtas::k8Warps16Rows, "8x16"},
+                                     std::pair{cuda::PrefillCtas::k4Warps32Rows, "4x32"}}) {
+      if (ctas == cuda::PrefillCtas::k4Warps32Rows && c.head_k != 128) continue;
+      AttentionCase variant = c;
+      variant.label += std::string(" prefill ctas ") + name;
+      out.push_back({"cuda", variant, static_cast<int>(ctas)});
+    }
+  }
+  if (matched != prefills.size()) throw std::logic_error("a prefill case is missing");
+#endif
   return out;
 }
 

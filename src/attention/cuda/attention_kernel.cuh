@@ -16,8 +16,10 @@
 // online-softmax states are merged through shared memory at the end. Long contexts split across
 // CTAs; each writes a partial (O / l, log2-sum-exp) and the last CTA of a (sequence, KV head) to
 // finish merges them, found through a counter it resets for the next launch. Prefill
-// (kRowTiles = 4, or 8 where a plan asks for 128-row CTAs): each warp owns 16 of the rows and reads
-// every key of each chunk.
+// (kRowTiles = 4 or 8): each warp owns kWarpTiles row tiles (16 or 32 rows) and reads every key of
+// each chunk, so each K and V fragment it loads from shared memory serves kWarpTiles products; the
+// last row tiles, whose causal ranges are longest, start first, and each warp writes its rows'
+// outputs from registers.
 //
 // Under decode context parallelism the cache holds one rank's share of each sequence's tokens, in
 // order: the CTA walks the local indices of the rank's keys in its rows' range, each row's window
@@ -51,11 +53,13 @@ __device__ __forceinline__ void store_piece(T* dst, uint4 x, float inverse) {
 }
 
 // T: the cache's element type, bf16 or e4m3.
-template <typename T, int kDk, int kDv, int kRowTiles, int kStages, int kChunkKeys>
-__global__ void __launch_bounds__(Shape<T, kDk, kDv, kRowTiles, kStages, kChunkKeys>::kThreads)
+template <typename T, int kDk, int kDv, int kRowTiles, int kStages, int kChunkKeys, int kWarpTiles>
+__global__ void __launch_bounds__(
+    Shape<T, kDk, kDv, kRowTiles, kStages, kChunkKeys, kWarpTiles>::kThreads)
     attention_kernel(const Args a) {
-  using S = Shape<T, kDk, kDv, kRowTiles, kStages, kChunkKeys>;
+  using S = Shape<T, kDk, kDv, kRowTiles, kStages, kChunkKeys, kWarpTiles>;
   using M = typename S::Math;
+  constexpr int kWT = kWarpTiles;
   constexpr int kThreads = S::kThreads;
   constexpr int kChunk = S::kChunk;
   extern __shared__ uint4 shared_raw[];
@@ -71,7 +75,9 @@ __global__ void __launch_bounds__(Shape<T, kDk, kDv, kRowTiles, kStages, kChunkK
   const int kv_head = blockIdx.y;
   // z: (row tile, split, V slice), the slice fastest. A slice is kDv of V's dv_total columns.
   const int slice = blockIdx.z % a.dv_slices;
-  const int row_tile = blockIdx.z / a.dv_slices / a.num_splits;
+  const int row_tiles = gridDim.z / (a.num_splits * a.dv_slices);
+  const int z_tile = blockIdx.z / a.dv_slices / a.num_splits;
+  const int row_tile = kRowTiles > 1 ? row_tiles - 1 - z_tile : z_tile;  // prefill: last first
   const int split = blockIdx.z / a.dv_slices % a.num_splits;
   const int dv_offset = slice * kDv;
   PagedTensor v_slice = a.v;
@@ -103,21 +109,26 @@ __global__ void __launch_bounds__(Shape<T, kDk, kDv, kRowTiles, kStages, kChunkK
 
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
-  const int warp_rows = warp % kRowTiles;  // row tile of this warp
-  const int warp_keys = warp / kRowTiles;  // key group of this warp
+  const int warp_rows = warp % S::kRowWarps;  // this warp's row tiles: kWT from warp_rows * kWT
+  const int warp_keys = warp / S::kRowWarps;  // key group of this warp
   const int g = lane / 4;
   const int t4 = lane % 4;
+  // The CTA row of this thread's row i (g or g + 8) of the warp's row tile mt.
+  const auto tile_row = [&](int mt, int i) { return (warp_rows * kWT + mt) * 16 + g + 8 * i; };
 
-  // This thread's two rows (g and g + 8 of the warp's tile): the keys each sees, by local index,
-  // [row_lo, row_hi); a row past the tile sees none.
-  int row_lo[2];
-  int row_hi[2];
+  // This thread's rows: the keys each sees, by local index, [row_lo, row_hi); a row past the
+  // tile sees none.
+  int row_lo[kWT][2];
+  int row_hi[kWT][2];
 #pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    const int r = warp_rows * 16 + g + 8 * i;
-    const int pos = first_pos + (row_begin + r) / a.group;
-    row_hi[i] = r < rows_here ? owned_before(a, pos + 1) : 0;
-    row_lo[i] = a.window > 0 ? owned_before(a, max(0, pos - a.window + 1)) : 0;
+  for (int mt = 0; mt < kWT; ++mt) {
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int r = tile_row(mt, i);
+      const int pos = first_pos + (row_begin + r) / a.group;
+      row_hi[mt][i] = r < rows_here ? owned_before(a, pos + 1) : 0;
+      row_lo[mt][i] = a.window > 0 ? owned_before(a, max(0, pos - a.window + 1)) : 0;
+    }
   }
   // Keys every row of the tile sees: a chunk inside them (the bulk of a long context) needs no
   // mask.
@@ -125,9 +136,14 @@ __global__ void __launch_bounds__(Shape<T, kDk, kDv, kRowTiles, kStages, kChunkK
   const int common_hi = owned_before(a, lowest_pos + 1);
   const float scale_log2 = a.scale * kLog2e;
 
-  float o[kDv / 8][4] = {};
-  float m[2] = {kNegInf, kNegInf};
-  float l[2] = {0.0f, 0.0f};
+  float o[kWT][kDv / 8][4] = {};
+  float m[kWT][2];
+  float l[kWT][2];
+#pragma unroll
+  for (int mt = 0; mt < kWT; ++mt) {
+    m[mt][0] = m[mt][1] = kNegInf;
+    l[mt][0] = l[mt][1] = 0.0f;
+  }
 
   // Chunk c lives in stage c % kStages; kStages - 1 chunks are in flight ahead of the one in use.
   // Decode warps each read only their own keys of a chunk, so each copies them itself and waits
@@ -239,24 +255,32 @@ __global__ void __launch_bounds__(Shape<T, kDk, kDv, kRowTiles, kStages, kChunkK
     const M* v_warp = v_s + warp_keys * S::kKeysPerWarp * S::kVStride;
     constexpr int kTiles = S::kKeysPerWarp / 8;
 
-    float s[kTiles][4] = {};
+    float s[kWT][kTiles][4] = {};
 #pragma unroll
     for (int kc = 0; kc < kDk / 16; ++kc) {
-      uint32_t qa[4];
-      load_matrix_x4(qa,
-                     q_s + (warp_rows * 16 + lane % 16) * S::kKStride + kc * 16 + (lane / 16) * 8);
+      uint32_t qa[kWT][4];
+#pragma unroll
+      for (int mt = 0; mt < kWT; ++mt) {
+        load_matrix_x4(qa[mt], q_s + ((warp_rows * kWT + mt) * 16 + lane % 16) * S::kKStride +
+                                   kc * 16 + (lane / 16) * 8);
+      }
       if constexpr (kTiles == 1) {
         uint32_t kb[2];
         load_matrix_x2(kb, k_warp + (lane % 8) * S::kKStride + kc * 16 + ((lane / 8) % 2) * 8);
-        mma<M>(s[0], qa, kb[0], kb[1]);
+#pragma unroll
+        for (int mt = 0; mt < kWT; ++mt)
+          mma<M>(s[mt][0], qa[mt], kb[0], kb[1]);
       } else {
 #pragma unroll
         for (int j = 0; j < kTiles; j += 2) {
           uint32_t kb[4];
           load_matrix_x4(kb, k_warp + ((j + lane / 16) * 8 + lane % 8) * S::kKStride + kc * 16 +
                                  ((lane / 8) % 2) * 8);
-          mma<M>(s[j], qa, kb[0], kb[1]);
-          mma<M>(s[j + 1], qa, kb[2], kb[3]);
+#pragma unroll
+          for (int mt = 0; mt < kWT; ++mt) {
+            mma<M>(s[mt][j], qa[mt], kb[0], kb[1]);
+            mma<M>(s[mt][j + 1], qa[mt], kb[2], kb[3]);
+          }
         }
       }
     }
@@ -267,56 +291,61 @@ __global__ void __launch_bounds__(Shape<T, kDk, kDv, kRowTiles, kStages, kChunkK
     const int chunk_first = start + c * kChunk;
     const int chunk_last = chunk_first + kChunk - 1;
     const bool whole = chunk_last < end && chunk_last < common_hi && chunk_first >= common_lo;
-    float chunk_max[2] = {kNegInf, kNegInf};
 #pragma unroll
-    for (int j = 0; j < kTiles; ++j) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int i = e / 2;
-        float x = s[j][e];
-        x = a.softcap > 0.0f ? a.softcap * tanhf(x * a.scale / a.softcap) * kLog2e : x * scale_log2;
-        if (!whole) {
-          const int key = key_base + j * 8 + t4 * 2 + e % 2;
-          const bool visible = key < end && key < row_hi[i] && key >= row_lo[i];
-          x = visible ? x : kNegInf;
-        }
-        s[j][e] = x;
-        chunk_max[i] = fmaxf(chunk_max[i], x);
-      }
-    }
-    float alpha[2];
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      chunk_max[i] = fmaxf(chunk_max[i], __shfl_xor_sync(0xffffffffu, chunk_max[i], 1));
-      chunk_max[i] = fmaxf(chunk_max[i], __shfl_xor_sync(0xffffffffu, chunk_max[i], 2));
-      const float m_new = fmaxf(m[i], chunk_max[i]);
-      const float m_use = m_new == kNegInf ? 0.0f : m_new;
-      alpha[i] = fast_exp2(m[i] - m_use);
-      m[i] = m_new;
-      l[i] *= alpha[i];
+    for (int mt = 0; mt < kWT; ++mt) {
+      float chunk_max[2] = {kNegInf, kNegInf};
 #pragma unroll
       for (int j = 0; j < kTiles; ++j) {
-        s[j][2 * i] = fast_exp2(s[j][2 * i] - m_use);
-        s[j][2 * i + 1] = fast_exp2(s[j][2 * i + 1] - m_use);
-        l[i] += s[j][2 * i] + s[j][2 * i + 1];
-      }
-    }
-    // Once the running maxima settle, most chunks leave O as it is.
-    if (__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f)) {
 #pragma unroll
-      for (int d = 0; d < kDv / 8; ++d) {
-        o[d][0] *= alpha[0];
-        o[d][1] *= alpha[0];
-        o[d][2] *= alpha[1];
-        o[d][3] *= alpha[1];
+        for (int e = 0; e < 4; ++e) {
+          const int i = e / 2;
+          float x = s[mt][j][e];
+          x = a.softcap > 0.0f ? a.softcap * tanhf(x * a.scale / a.softcap) * kLog2e
+                               : x * scale_log2;
+          if (!whole) {
+            const int key = key_base + j * 8 + t4 * 2 + e % 2;
+            const bool visible = key < end && key < row_hi[mt][i] && key >= row_lo[mt][i];
+            x = visible ? x : kNegInf;
+          }
+          s[mt][j][e] = x;
+          chunk_max[i] = fmaxf(chunk_max[i], x);
+        }
+      }
+      float alpha[2];
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        chunk_max[i] = fmaxf(chunk_max[i], __shfl_xor_sync(0xffffffffu, chunk_max[i], 1));
+        chunk_max[i] = fmaxf(chunk_max[i], __shfl_xor_sync(0xffffffffu, chunk_max[i], 2));
+        const float m_new = fmaxf(m[mt][i], chunk_max[i]);
+        const float m_use = m_new == kNegInf ? 0.0f : m_new;
+        alpha[i] = fast_exp2(m[mt][i] - m_use);
+        m[mt][i] = m_new;
+        l[mt][i] *= alpha[i];
+#pragma unroll
+        for (int j = 0; j < kTiles; ++j) {
+          s[mt][j][2 * i] = fast_exp2(s[mt][j][2 * i] - m_use);
+          s[mt][j][2 * i + 1] = fast_exp2(s[mt][j][2 * i + 1] - m_use);
+          l[mt][i] += s[mt][j][2 * i] + s[mt][j][2 * i + 1];
+        }
+      }
+      // Once the running maxima settle, most chunks leave O as it is.
+      if (__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f)) {
+#pragma unroll
+        for (int d = 0; d < kDv / 8; ++d) {
+          o[mt][d][0] *= alpha[0];
+          o[mt][d][1] *= alpha[0];
+          o[mt][d][2] *= alpha[1];
+          o[mt][d][3] *= alpha[1];
+        }
       }
     }
 
     // O += P · V, P taken from the score accumulators as the A operand.
     if constexpr (kTiles == 1) {
       // 8 keys: k8 products, four V column tiles per ldmatrix (two for 16-wide V).
-      const uint32_t p0 = pack<M>(s[0][0], s[0][1]);
-      const uint32_t p1 = pack<M>(s[0][2], s[0][3]);
+      static_assert(kWT == 1, "decode warps hold one row tile");
+      const uint32_t p0 = pack<M>(s[0][0][0], s[0][0][1]);
+      const uint32_t p1 = pack<M>(s[0][0][2], s[0][0][3]);
       constexpr int kTilesPerLoad = kDv / 8 % 4 == 0 ? 4 : 2;
 #pragma unroll
       for (int d = 0; d < kDv / 8; d += kTilesPerLoad) {
@@ -326,32 +355,86 @@ __global__ void __launch_bounds__(Shape<T, kDk, kDv, kRowTiles, kStages, kChunkK
           load_matrix_x4_trans(vb, v_rows);
 #pragma unroll
           for (int t = 0; t < 4; ++t)
-            mma_k8<M>(o[d + t], p0, p1, vb[t]);
+            mma_k8<M>(o[0][d + t], p0, p1, vb[t]);
         } else {
           uint32_t vb[2];
           load_matrix_x2_trans(vb, v_rows);
-          mma_k8<M>(o[d], p0, p1, vb[0]);
-          mma_k8<M>(o[d + 1], p0, p1, vb[1]);
+          mma_k8<M>(o[0][d], p0, p1, vb[0]);
+          mma_k8<M>(o[0][d + 1], p0, p1, vb[1]);
         }
       }
     } else {
 #pragma unroll
       for (int kk = 0; kk < S::kKeysPerWarp / 16; ++kk) {
-        uint32_t pa[4];
-        pa[0] = pack<M>(s[2 * kk][0], s[2 * kk][1]);
-        pa[1] = pack<M>(s[2 * kk][2], s[2 * kk][3]);
-        pa[2] = pack<M>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-        pa[3] = pack<M>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+        uint32_t pa[kWT][4];
+#pragma unroll
+        for (int mt = 0; mt < kWT; ++mt) {
+          pa[mt][0] = pack<M>(s[mt][2 * kk][0], s[mt][2 * kk][1]);
+          pa[mt][1] = pack<M>(s[mt][2 * kk][2], s[mt][2 * kk][3]);
+          pa[mt][2] = pack<M>(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
+          pa[mt][3] = pack<M>(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
+        }
 #pragma unroll
         for (int d = 0; d < kDv / 8; d += 2) {
           uint32_t vb[4];
           load_matrix_x4_trans(vb,
                                v_warp + (kk * 16 + lane % 16) * S::kVStride + (d + lane / 16) * 8);
-          mma<M>(o[d], pa, vb[0], vb[1]);
-          mma<M>(o[d + 1], pa, vb[2], vb[3]);
+#pragma unroll
+          for (int mt = 0; mt < kWT; ++mt) {
+            mma<M>(o[mt][d], pa[mt], vb[0], vb[1]);
+            mma<M>(o[mt][d + 1], pa[mt], vb[2], vb[3]);
+          }
         }
       }
     }
+  }
+  // e4m3 V was stored divided by its scale: every output (a weighted mean of V) is times it.
+  const auto rescaled = [&](float o) {
+    if constexpr (S::kWidens) {
+      return o * a.out_scale;
+    } else {
+      return o;
+    }
+  };
+#pragma unroll
+  for (int mt = 0; mt < kWT; ++mt) {
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      l[mt][i] += __shfl_xor_sync(0xffffffffu, l[mt][i], 1);
+      l[mt][i] += __shfl_xor_sync(0xffffffffu, l[mt][i], 2);
+    }
+  }
+
+  if constexpr (S::kKeyGroups == 1) {
+    // Prefill (one key group, never split: Kernel::launch checks): each row's state is whole in
+    // its warp, so the output goes straight from registers, two columns a lane.
+#pragma unroll
+    for (int mt = 0; mt < kWT; ++mt) {
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        const int r = tile_row(mt, i);
+        if (r >= rows_here) continue;
+        const int head = kv_head * a.group + (row_begin + r) % a.group;
+        const int token = q_begin + (row_begin + r) / a.group;
+        const float sink = a.sinks != nullptr ? a.sinks[head] * kLog2e : kNegInf;
+        const float m_all = fmaxf(m[mt][i], sink);
+        const float m_use = m_all == kNegInf ? 0.0f : m_all;
+        const float weight = exp2f(m[mt][i] - m_use);
+        const float l_all = l[mt][i] * weight + exp2f(sink - m_use);
+        const float factor = l_all > 0.0f ? rescaled(weight / l_all) : 0.0f;
+        bf16* out = a.out + token * a.out_token_stride + head * a.dv_total + dv_offset + t4 * 2;
+#pragma unroll
+        for (int d = 0; d < kDv / 8; ++d) {
+          *reinterpret_cast<__nv_bfloat162*>(out + d * 8) =
+              __floats2bfloat162_rn(o[mt][d][2 * i] * factor, o[mt][d][2 * i + 1] * factor);
+        }
+        if (a.lse != nullptr && slice == 0 && t4 == 0) {
+          a.lse[token * a.num_kv_heads * a.group + head] =
+              l_all > 0.0f ? (m_use + log2f(l_all)) * kLn2 : kNegInf;
+        }
+      }
+    }
+    return;
   }
   copy_wait<0>();
   __syncthreads();
@@ -362,35 +445,27 @@ __global__ void __launch_bounds__(Shape<T, kDk, kDv, kRowTiles, kStages, kChunkK
   float* merge_l = merge_m + S::kKeyGroups * S::kRows;
   float* merge_o = merge_l + S::kKeyGroups * S::kRows;
 #pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    l[i] += __shfl_xor_sync(0xffffffffu, l[i], 1);
-    l[i] += __shfl_xor_sync(0xffffffffu, l[i], 2);
-    const int row = warp_rows * 16 + g + 8 * i;
-    if (row >= rows_here) continue;
-    const int slot = warp_keys * S::kRows + row;
-    if (t4 == 0) {
-      merge_m[slot] = m[i];
-      merge_l[slot] = l[i];
-    }
+  for (int mt = 0; mt < kWT; ++mt) {
 #pragma unroll
-    for (int d = 0; d < kDv / 8; ++d) {
-      *reinterpret_cast<float2*>(merge_o + slot * S::kMergeStride + d * 8 + t4 * 2) =
-          make_float2(o[d][2 * i], o[d][2 * i + 1]);
+    for (int i = 0; i < 2; ++i) {
+      const int row = tile_row(mt, i);
+      if (row >= rows_here) continue;
+      const int slot = warp_keys * S::kRows + row;
+      if (t4 == 0) {
+        merge_m[slot] = m[mt][i];
+        merge_l[slot] = l[mt][i];
+      }
+#pragma unroll
+      for (int d = 0; d < kDv / 8; ++d) {
+        *reinterpret_cast<float2*>(merge_o + slot * S::kMergeStride + d * 8 + t4 * 2) =
+            make_float2(o[mt][d][2 * i], o[mt][d][2 * i + 1]);
+      }
     }
   }
   __syncthreads();
 
   const bool split_kv = splits > 1;
-  // e4m3 V was stored divided by its scale: every output (a weighted mean of V) is times it.
-  const auto rescaled = [&](float o) {
-    if constexpr (S::kWidens) {
-      return o * a.out_scale;
-    } else {
-      return o;
-    }
-  };
   // Partial results and the counter of one (sequence, KV head, row tile, V slice).
-  const int row_tiles = gridDim.z / (a.num_splits * a.dv_slices);
   const int64_t cta =
       ((static_cast<int64_t>(blockIdx.x) * a.num_kv_heads + kv_head) * row_tiles + row_tile) *
           a.dv_slices +

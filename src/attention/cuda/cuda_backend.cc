@@ -12,7 +12,8 @@ namespace {
 
 class CudaAttentionPlan final : public AttentionPlan {
  public:
-  explicit CudaAttentionPlan(const AttentionGroup& group) : group_(group) {
+  CudaAttentionPlan(const AttentionGroup& group, cuda::PrefillCtas ctas)
+      : group_(group), prefill_ctas_(ctas) {
     // The kernels keep positions and sequence lengths in 32 bits.
     if (group.max_model_len > std::numeric_limits<int32_t>::max()) {
       fail("CUDA attention takes sequences of up to {} tokens; max_model_len is {}",
@@ -34,6 +35,7 @@ class CudaAttentionPlan final : public AttentionPlan {
       device_ = std::make_unique<cuda::DeviceMetadata>(
           std::max<int64_t>(seqs_, 1), std::max<int64_t>(tokens_, 1),
           std::max<int64_t>(blocks_per_seq_, 1), group_.page.block_size);
+      device_->prefill_ctas = prefill_ctas_;
       ++reallocations_;
     }
     // A graph's grid is captured, so its split count is the one for its batch size.
@@ -57,13 +59,14 @@ class CudaAttentionPlan final : public AttentionPlan {
 
  private:
   AttentionGroup group_;
+  cuda::PrefillCtas prefill_ctas_;
   std::unique_ptr<cuda::DeviceMetadata> device_;
   int64_t seqs_ = 0, tokens_ = 0, blocks_per_seq_ = 0;  // what device_ holds
   int64_t reallocations_ = 0;
 };
 
-std::unique_ptr<AttentionPlan> make_cuda_plan(const AttentionGroup& group) {
-  return std::make_unique<CudaAttentionPlan>(group);
+std::unique_ptr<AttentionPlan> make_default_cuda_plan(const AttentionGroup& group) {
+  return std::make_unique<CudaAttentionPlan>(group, cuda::PrefillCtas::kDefault);
 }
 
 AttentionSupport cuda_support() {
@@ -79,8 +82,12 @@ AttentionSupport cuda_support() {
 
 const AttentionBackend& cuda_attention_backend() {
   static const PagedAttentionBackend backend("cuda", PageOrder::kNhd, cuda_support(),
-                                             DeviceType::kCuda, make_cuda_plan);
+                                             DeviceType::kCuda, make_default_cuda_plan);
   return backend;
+}
+
+std::unique_ptr<AttentionPlan> make_cuda_plan(const AttentionGroup& group, cuda::PrefillCtas ctas) {
+  return std::make_unique<CudaAttentionPlan>(group, ctas);
 }
 
 }  // namespace pagoda

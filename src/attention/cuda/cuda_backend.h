@@ -4,10 +4,17 @@
 // captured at.
 #pragma once
 
+#include <memory>
+
 #include "attention/backend.h"
+#include "attention/cuda/device_metadata.h"
 
 namespace pagoda {
 
 const AttentionBackend& cuda_attention_backend();
+
+// A plan of the CUDA backend whose prefill CTAs take the shape `ctas` (the backend's own plans
+// take kDefault), for tests that run every shape.
+std::unique_ptr<AttentionPlan> make_cuda_plan(const AttentionGroup& group, cuda::PrefillCtas ctas);
 
 }  // namespace pagoda

@@ -12,6 +12,16 @@
 
 namespace pagoda::cuda {
 
+// The shape of prefill CTAs, which tests and benchmarks compare. kDefault takes the measured best
+// for the head size; the others exist for heads of 128 and 256 (k4Warps32Rows: 128 only), and
+// other heads keep k4Warps16Rows.
+enum class PrefillCtas {
+  kDefault,
+  k4Warps16Rows,  // 64 rows a CTA
+  k8Warps16Rows,  // 128 rows
+  k4Warps32Rows,  // 128 rows, each warp's K/V fragments serving two row tiles
+};
+
 class DeviceMetadata {
  public:
   // Sized for at most `max_seqs` sequences, `max_tokens` query rows and `max_blocks_per_seq`
@@ -49,9 +59,8 @@ class DeviceMetadata {
   // KV splits per decoding (sequence, KV head). 0 chooses per step from the lengths; a CUDA graph
   // fixes it, since its grid is captured.
   int64_t fixed_decode_splits = 0;
-  // Query rows per prefill CTA: 0 or 64 (4 warps of 16 rows), or 128 (8 warps) for heads of 128
-  // and 256, which benchmarks compare (attention_bench); other heads keep 64.
-  int64_t prefill_rows = 0;
+  // The shape of prefill CTAs (see PrefillCtas).
+  PrefillCtas prefill_ctas = PrefillCtas::kDefault;
 
   // Scratch for split-KV partial results: at least `floats` f32 and `counters` zeroed int32
   // counters. Grows (outside graph capture only) and keeps its contents' zero invariant.

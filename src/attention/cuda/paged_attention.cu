@@ -82,12 +82,14 @@ void with_cache_type(DType dtype, Body&& body) {
   return body(std::type_identity<bf16>{});
 }
 
-template <typename T, int kDk, int kDv, int kRowTiles, int kStages, int kChunk = kDefaultChunk>
+template <typename T, int kDk, int kDv, int kRowTiles, int kStages, int kChunk = kDefaultChunk,
+          int kWarpTiles = 1>
 struct Kernel {
-  using S = Shape<T, kDk, kDv, kRowTiles, kStages, kChunk>;
+  using S = Shape<T, kDk, kDv, kRowTiles, kStages, kChunk, kWarpTiles>;
   static_assert(S::kSmemBytes <= 227 * 1024, "the kernel's shared memory exceeds sm_90's");
   static constexpr int kSliceWidth = kDv;
-  static constexpr auto kFunction = attention_kernel<T, kDk, kDv, kRowTiles, kStages, kChunk>;
+  static constexpr auto kFunction =
+      attention_kernel<T, kDk, kDv, kRowTiles, kStages, kChunk, kWarpTiles>;
 
   // Raises the kernel's shared-memory limit, once.
   static void prepare() {
@@ -105,6 +107,8 @@ struct Kernel {
   static void launch(const Args& args, int num_seqs, int row_tiles) {
     PAGODA_CHECK(args.dv_slices * kSliceWidth == args.dv_total, "V of {} in slices of {}",
                  args.dv_total, kSliceWidth);
+    // CTAs of one key group write their rows from registers, which a split result cannot.
+    PAGODA_CHECK(S::kKeyGroups > 1 || args.num_splits == 1, "prefill CTAs cannot split KV");
     prepare();
     const dim3 grid(num_seqs, args.num_kv_heads, row_tiles * args.num_splits * args.dv_slices);
     cuda::launch(kFunction, grid, S::kThreads, S::kSmemBytes, stream(), args);
@@ -145,16 +149,18 @@ void with_kernel(int64_t dk, int64_t dv, bool wide, Body&& body) {
   fail("CUDA attention has no kernel for head sizes K {} / V {}", dk, dv);
 }
 
-// Calls body(Kernel<...>{}) for prefill CTAs of 8 row tiles (128 rows, 8 warps) at these head
-// sizes, and returns whether there is one: heads of 128 and 256 only (wider ones do not fit).
+// Calls body(Kernel<...>{}) for prefill CTAs of 128 rows at these head sizes, 8 warps of 16 rows
+// or 4 warps of 32, and returns whether there is one: heads of 128 and 256 (4 x 32 rows: 128 only;
+// 256 holds too many accumulators). Wider heads do not fit.
 template <typename T, int kStages, typename Body>
-bool with_wide_prefill_kernel(int64_t dk, int64_t dv, Body&& body) {
-  if (dk == 128 && dv == 128) {
-    body(Kernel<T, 128, 128, 8, kStages>{});
+bool with_wide_prefill_kernel(int64_t dk, int64_t dv, PrefillCtas ctas, Body&& body) {
+  if (ctas == PrefillCtas::k8Warps16Rows && dk == dv && (dk == 128 || dk == 256)) {
+    if (dk == 128) body(Kernel<T, 128, 128, 8, kStages>{});
+    if (dk == 256) body(Kernel<T, 256, 256, 8, kStages>{});
     return true;
   }
-  if (dk == 256 && dv == 256) {
-    body(Kernel<T, 256, 256, 8, kStages>{});
+  if (ctas == PrefillCtas::k4Warps32Rows && dk == 128 && dv == 128) {
+    body(Kernel<T, 128, 128, 8, kStages, kDefaultChunk, 2>{});
     return true;
   }
   return false;
@@ -181,6 +187,15 @@ int64_t choose_decode_splits(int64_t pairs, int64_t max_seq_len) {
 }
 
 }  // namespace
+
+// Measured on an H200 (attention_bench's prefill table, docs/performance.md): 128-row CTAs beat
+// 64-row ones at both heads, 4 warps of 32 rows at 128 (2-7%), 8 warps of 16 rows at 256 (1.6x:
+// 64-row CTAs of 256-wide heads leave one CTA of 4 warps per multiprocessor).
+PrefillCtas default_prefill_ctas(int64_t head_size_k, int64_t head_size_v) {
+  if (head_size_k == 128 && head_size_v == 128) return PrefillCtas::k4Warps32Rows;
+  if (head_size_k == 256 && head_size_v == 256) return PrefillCtas::k8Warps16Rows;
+  return PrefillCtas::k4Warps16Rows;
+}
 
 int64_t decode_splits_for(int64_t head_size_k, int64_t head_size_v, int64_t pairs,
                           int64_t max_seq_len) {
@@ -219,8 +234,6 @@ void paged_attention(const AttentionLayerParams& params, const Tensor& query, co
                    aligned_16(cache.value),
                "cache view {} / {} does not match the layer", cache.key.shape(),
                cache.value.shape());
-  PAGODA_CHECK(plan.prefill_rows == 0 || plan.prefill_rows == 64 || plan.prefill_rows == 128,
-               "prefill CTAs of {} rows: 64 or 128", plan.prefill_rows);
   const int64_t tokens = plan.num_actual_tokens();
   if (tokens == 0) return;
   const PagedTensor k_cache = paged_view(cache.key);
@@ -326,8 +339,10 @@ void paged_attention(const AttentionLayerParams& params, const Tensor& query, co
         kernel.launch(p, static_cast<int>(rest),
                       static_cast<int>((max_query * args.group + kRows - 1) / kRows));
       };
-      if (plan.prefill_rows != 128 ||
-          !with_wide_prefill_kernel<T, kPrefillStages>(dk, dv, launch_prefill)) {
+      const PrefillCtas ctas = plan.prefill_ctas == PrefillCtas::kDefault
+                                   ? default_prefill_ctas(dk, dv)
+                                   : plan.prefill_ctas;
+      if (!with_wide_prefill_kernel<T, kPrefillStages>(dk, dv, ctas, launch_prefill)) {
         with_kernel<T, 4, kPrefillStages>(dk, dv, false, launch_prefill);
       }
     }

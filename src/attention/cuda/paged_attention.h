@@ -16,6 +16,7 @@
 namespace pagoda::cuda {
 
 class DeviceMetadata;
+enum class PrefillCtas;
 
 // The (K, V) head sizes the kernels are instantiated for: the one list that the backend declares,
 // paged_attention() checks and the kernel dispatch covers (tests/attention checks each).
@@ -32,6 +33,9 @@ inline constexpr int64_t kMaxQueriesPerKvHead = 64;
 // that size.
 int64_t decode_splits_for(int64_t head_size_k, int64_t head_size_v, int64_t pairs,
                           int64_t max_seq_len);
+
+// The prefill CTAs a plan of PrefillCtas::kDefault runs at these head sizes.
+PrefillCtas default_prefill_ctas(int64_t head_size_k, int64_t head_size_v);
 
 // query: [T, Hq, Dk] bf16 (unit inner stride, rows may be strided); key [T, Hkv, Dk] and value
 // [T, Hkv, Dv] bf16, or both undefined (attend over the cache as it is). output: [T, Hq * Dv]

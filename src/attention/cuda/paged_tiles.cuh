@@ -84,17 +84,23 @@ template <typename T>
 constexpr int kPiece = 16 / static_cast<int>(sizeof(T));
 
 // A kernel's shape for a cache of element type T.
-template <typename T, int kDk, int kDv, int kRowTiles, int kStageCount, int kChunkKeys>
+// kRowTiles: the CTA's tiles of 16 query rows; kWarpTiles: how many of them each warp holds.
+template <typename T, int kDk, int kDv, int kRowTiles, int kStageCount, int kChunkKeys,
+          int kWarpTiles = 1>
 struct Shape {
   using Math = MathType<T>;
   static constexpr bool kWidens = !std::is_same_v<T, Math>;  // e4m3 pages, widened to f16
   static constexpr int kChunk = kChunkKeys;
   static constexpr int kRows = 16 * kRowTiles;
+  static constexpr int kWarpRowTiles = kWarpTiles;
+  static_assert(kRowTiles % kWarpTiles == 0 && (kRowTiles > 1 || kWarpTiles == 1));
+  // Warps across the rows: each holds kWarpTiles row tiles.
+  static constexpr int kRowWarps = kRowTiles / kWarpTiles;
   // Decode CTAs: a warp per 8 keys of a chunk, so that short work still keeps many warps busy;
-  // prefill: a warp per row tile (4, or 8).
-  static constexpr int kWarps = kRowTiles == 1 ? kChunkKeys / 8 : kRowTiles;
+  // prefill: a warp per kWarpTiles row tiles (4 or 8 warps), each reading every key of a chunk.
+  static constexpr int kWarps = kRowTiles == 1 ? kChunkKeys / 8 : kRowWarps;
   static constexpr int kThreads = kWarps * 32;
-  static constexpr int kKeyGroups = kWarps / kRowTiles;
+  static constexpr int kKeyGroups = kWarps / kRowWarps;
   static constexpr int kKeysPerWarp = kChunk / kKeyGroups;
   // Rows of the math type, padded by 16 bytes: ldmatrix without bank conflicts.
   static constexpr int kKStride = kDk + 8;
