@@ -134,7 +134,11 @@ __global__ void __launch_bounds__(
   // mask.
   const int common_lo = a.window > 0 ? owned_before(a, max(0, highest_pos - a.window + 1)) : 0;
   const int common_hi = owned_before(a, lowest_pos + 1);
+  // Scores in the log2 domain: q.k * scale * log2(e), or under a softcap c,
+  // c * tanh(q.k * scale / c) * log2(e).
   const float scale_log2 = a.scale * kLog2e;
+  const float softcap_in = a.softcap > 0.0f ? a.scale / a.softcap : 0.0f;
+  const float softcap_out = a.softcap * kLog2e;
 
   float o[kWT][kDv / 8][4] = {};
   float m[kWT][2];
@@ -293,23 +297,40 @@ __global__ void __launch_bounds__(
     const bool whole = chunk_last < end && chunk_last < common_hi && chunk_first >= common_lo;
 #pragma unroll
     for (int mt = 0; mt < kWT; ++mt) {
+      // One branch each for the softcap and the mask, around straight-line code: a branch per
+      // element would leave the scheduler blocks of a few instructions.
+      if (a.softcap > 0.0f) {
+#pragma unroll
+        for (int j = 0; j < kTiles; ++j) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e)
+            s[mt][j][e] = softcap_out * tanhf(s[mt][j][e] * softcap_in);
+        }
+      } else {
+#pragma unroll
+        for (int j = 0; j < kTiles; ++j) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e)
+            s[mt][j][e] *= scale_log2;
+        }
+      }
+      if (!whole) {
+#pragma unroll
+        for (int j = 0; j < kTiles; ++j) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int key = key_base + j * 8 + t4 * 2 + e % 2;
+            const bool visible = key < end && key < row_hi[mt][e / 2] && key >= row_lo[mt][e / 2];
+            s[mt][j][e] = visible ? s[mt][j][e] : kNegInf;
+          }
+        }
+      }
       float chunk_max[2] = {kNegInf, kNegInf};
 #pragma unroll
       for (int j = 0; j < kTiles; ++j) {
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int i = e / 2;
-          float x = s[mt][j][e];
-          x = a.softcap > 0.0f ? a.softcap * tanhf(x * a.scale / a.softcap) * kLog2e
-                               : x * scale_log2;
-          if (!whole) {
-            const int key = key_base + j * 8 + t4 * 2 + e % 2;
-            const bool visible = key < end && key < row_hi[mt][i] && key >= row_lo[mt][i];
-            x = visible ? x : kNegInf;
-          }
-          s[mt][j][e] = x;
-          chunk_max[i] = fmaxf(chunk_max[i], x);
-        }
+        for (int e = 0; e < 4; ++e)
+          chunk_max[e / 2] = fmaxf(chunk_max[e / 2], s[mt][j][e]);
       }
       float alpha[2];
 #pragma unroll
