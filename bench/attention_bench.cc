@@ -418,16 +418,17 @@ void print_prefill_table(const Tensor& pool, std::mt19937& rng) {
 }
 
 // Verify steps: 1 to 8 query rows per sequence (a token and up to 7 drafts), each row with its
-// 4 query heads of a KV head, so more than 4 rows need a second 16-row tile. Splits fixed as a
-// decode step's CUDA graph fixes them (for max_model_len 4096), against the one-row step; and,
-// with two tiles, splits chosen for sequences × KV heads × tiles instead (fewer, longer splits).
+// 4 query heads of a KV head, so more than 4 rows need a second 16-row tile. Splits chosen for
+// max_model_len 4096 and sequences × KV heads, against the one-row step; and, with two tiles,
+// for sequences × KV heads × tiles (fewer, longer splits), as CUDA graphs now choose them.
 void print_verify_table(const Tensor& pool, double copy, std::mt19937& rng) {
   fmt::print(
-      "\nverify: query rows per sequence (1 + drafts), splits as a graph of max_model_len 4096 "
-      "fixes them:\n\n");
+      "\nverify: query rows per sequence (1 + drafts), KV splits chosen for max_model_len 4096 "
+      "and the (sequence, KV head) pairs alone, and with two row tiles also for pairs × tiles "
+      "(as CUDA graphs choose them):\n\n");
   fmt::print(
-      "| batch | context | rows | row tiles | splits | µs | ÷ 1 row | % of copy | splits for "
-      "pairs × tiles | µs |\n");
+      "| batch | context | rows | row tiles | splits for pairs | µs | ÷ 1 row | % of copy | "
+      "splits for pairs × tiles | µs |\n");
   fmt::print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
   for (int64_t batch : {1, 16}) {
     const int64_t splits = cuda::decode_splits_for(kHead, kHead, batch * kKvHeads, 4096);

@@ -38,12 +38,9 @@ class CudaAttentionPlan final : public AttentionPlan {
       device_->prefill_ctas = prefill_ctas_;
       ++reallocations_;
     }
-    // A graph's grid is captured, so its split count is the one for its batch size.
-    const KvPageShape& page = group_.page;
-    device_->fixed_decode_splits =
-        step.graph ? cuda::decode_splits_for(page.head_size_k, page.head_size_v,
-                                             seqs * page.num_kv_heads, group_.max_model_len)
-                   : 0;
+    // A graph's grid is captured, so its split count is the one for its batch size and the
+    // longest sequence it may replay.
+    device_->graph_max_seq_len = step.graph ? group_.max_model_len : 0;
     device_->update(metadata, step.padding_seqs);
   }
 

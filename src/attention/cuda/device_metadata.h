@@ -56,9 +56,11 @@ class DeviceMetadata {
   // The rank's share of each sequence's tokens the cache holds (every token without DCP).
   const ContextShard& context() const { return context_; }
 
-  // KV splits per decoding (sequence, KV head). 0 chooses per step from the lengths; a CUDA graph
-  // fixes it, since its grid is captured.
+  // KV splits per decoding (sequence, KV head, row tile): fixed_decode_splits when set, else
+  // chosen for the step's CTAs and its longest sequence, or for a CUDA graph (whose grid is
+  // captured) the longest it may replay: graph_max_seq_len, when set.
   int64_t fixed_decode_splits = 0;
+  int64_t graph_max_seq_len = 0;
   // The shape of prefill CTAs (see PrefillCtas).
   PrefillCtas prefill_ctas = PrefillCtas::kDefault;
 

@@ -303,12 +303,13 @@ void paged_attention(const AttentionLayerParams& params, const Tensor& query, co
       Args d = args;
       d.seq_offset = 0;
       const int64_t ctas = decodes * hkv * decode_row_tiles;
-      d.num_splits =
-          static_cast<int>(plan.fixed_decode_splits > 0
-                               ? plan.fixed_decode_splits
-                               : decode_splits_for(dk, dv, ctas,
-                                                   (plan.max_seq_len() + args.context_size - 1) /
-                                                       args.context_size));
+      const int64_t longest =
+          plan.graph_max_seq_len > 0 ? plan.graph_max_seq_len : plan.max_seq_len();
+      d.num_splits = static_cast<int>(
+          plan.fixed_decode_splits > 0
+              ? plan.fixed_decode_splits
+              : decode_splits_for(dk, dv, ctas,
+                                  (longest + args.context_size - 1) / args.context_size));
       PAGODA_CHECK(d.num_splits >= 1 && d.num_splits <= kMaxDecodeSplits,
                    "{} decode splits; at most {}", d.num_splits, kMaxDecodeSplits);
       if (key.defined() && written_in_kernel > 0) {

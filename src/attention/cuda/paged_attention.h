@@ -29,8 +29,7 @@ inline constexpr int64_t kRowBytesMultiple = 16;
 inline constexpr int64_t kMaxQueriesPerKvHead = 64;
 
 // KV splits the decode kernel uses for `pairs` CTAs (sequence, KV head, row tile) over at most
-// `max_seq_len` tokens: what a plan's fixed_decode_splits should be for a CUDA graph captured at
-// that size.
+// `max_seq_len` of the rank's tokens.
 int64_t decode_splits_for(int64_t head_size_k, int64_t head_size_v, int64_t pairs,
                           int64_t max_seq_len);
 
