@@ -457,7 +457,8 @@ void print_verify_table(const Tensor& pool, double copy, std::mt19937& rng) {
 }
 
 // With no arguments: the tables. With BATCH CONTEXT [hnd] [fp8]: that one decode case, pagoda
-// alone (for a profiler). With "verify" or "prefill": that table alone.
+// alone (for a profiler). With "verify" or "prefill": that table alone. With prefill HEAD BATCH
+// PROMPT: that one prefill case (for a profiler).
 void run(int argc, char** argv) {
   const double copy = bench::copy_bandwidth();
   fmt::print("device-to-device copy: {:.0f} GB/s (read + write)\n\n", copy / 1e9);
@@ -471,6 +472,14 @@ void run(int argc, char** argv) {
   }
   if (argc == 2 && std::string(argv[1]) == "prefill") {
     print_prefill_table(pool, rng);
+    return;
+  }
+  if (argc == 5 && std::string(argv[1]) == "prefill") {
+    const PrefillResult r = run_prefill(pool, std::stoll(argv[2]), std::stoll(argv[3]),
+                                        std::stoll(argv[4]), kPeer, rng);
+    fmt::print("prefill head {} {} x {}: {:.0f} µs, {:.0f} TFLOP/s{}\n", argv[2], argv[3], argv[4],
+               r.us, r.flops / 1e12,
+               r.peer_us > 0 ? fmt::format("; FlashInfer {:.0f} µs", r.peer_us) : "");
     return;
   }
   if (argc >= 3) {
