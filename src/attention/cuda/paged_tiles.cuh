@@ -92,7 +92,6 @@ struct Shape {
   static constexpr bool kWidens = !std::is_same_v<T, Math>;  // e4m3 pages, widened to f16
   static constexpr int kChunk = kChunkKeys;
   static constexpr int kRows = 16 * kRowTiles;
-  static constexpr int kWarpRowTiles = kWarpTiles;
   static_assert(kRowTiles % kWarpTiles == 0 && (kRowTiles > 1 || kWarpTiles == 1));
   // Warps across the rows: each holds kWarpTiles row tiles.
   static constexpr int kRowWarps = kRowTiles / kWarpTiles;
