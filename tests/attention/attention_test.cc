@@ -17,6 +17,7 @@
 #include "ops/cpu/ops.h"
 #if PAGODA_HAVE_CUDA
 #include "attention/cuda/cuda_backend.h"
+#include "attention/cuda/paged_attention.h"
 #endif
 
 namespace pagoda {
@@ -706,8 +707,9 @@ std::vector<BackendCase> backend_cases() {
     }
   }
 #if PAGODA_HAVE_CUDA
-  // The CUDA prefill rows of heads 128 and 256 under each CTA shape: masks, windows, sinks,
-  // softcaps, DCP, padded rows and pages, e4m3 pages.
+  // The CUDA prefill rows of heads 128 and 256 under each CTA shape besides the head's default
+  // (which the cases above run): masks, windows, sinks, softcaps, DCP, padded rows and pages,
+  // e4m3 pages.
   const std::vector<std::string> prefills = {"llama nhd",
                                              "padded pages 128",
                                              "sliding softcap sinks 256",
@@ -722,9 +724,11 @@ std::vector<BackendCase> backend_cases() {
   for (const AttentionCase& c : cases()) {
     if (std::find(prefills.begin(), prefills.end(), c.label) == prefills.end()) continue;
     ++matched;
-    for (const auto& [ctas, name] : {std::pair{cuda::PrefillCtas::k8Warps16Rows, "8x16"},
+    for (const auto& [ctas, name] : {std::pair{cuda::PrefillCtas::k4Warps16Rows, "4x16"},
+                                     std::pair{cuda::PrefillCtas::k8Warps16Rows, "8x16"},
                                      std::pair{cuda::PrefillCtas::k4Warps32Rows, "4x32"}}) {
       if (ctas == cuda::PrefillCtas::k4Warps32Rows && c.head_k != 128) continue;
+      if (ctas == cuda::default_prefill_ctas(c.head_k, c.head_v)) continue;
       AttentionCase variant = c;
       variant.label += std::string(" prefill ctas ") + name;
       out.push_back({"cuda", variant, static_cast<int>(ctas)});
