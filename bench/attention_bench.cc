@@ -333,7 +333,7 @@ PrefillResult run_prefill(const Tensor& pool, int64_t head, int64_t batch, int64
     // Each CTA shape the head has, checked against the first shape's output.
     Tensor reference;
     for (size_t i = 0; i < kPrefillShapes.size(); ++i) {
-      if (kPrefillShapes[i] == cuda::PrefillCtas::k4Warps32Rows && head != 128) continue;
+      if (!cuda::prefill_ctas_available(kPrefillShapes[i], head, head)) continue;
       plan.prefill_ctas = kPrefillShapes[i];
       attend();
       if (i == 0) reference = output.to(Device::cpu());

@@ -727,7 +727,7 @@ std::vector<BackendCase> backend_cases() {
     for (const auto& [ctas, name] : {std::pair{cuda::PrefillCtas::k4Warps16Rows, "4x16"},
                                      std::pair{cuda::PrefillCtas::k8Warps16Rows, "8x16"},
                                      std::pair{cuda::PrefillCtas::k4Warps32Rows, "4x32"}}) {
-      if (ctas == cuda::PrefillCtas::k4Warps32Rows && c.head_k != 128) continue;
+      if (!cuda::prefill_ctas_available(ctas, c.head_k, c.head_v)) continue;
       if (ctas == cuda::default_prefill_ctas(c.head_k, c.head_v)) continue;
       AttentionCase variant = c;
       variant.label += std::string(" prefill ctas ") + name;

@@ -149,21 +149,20 @@ void with_kernel(int64_t dk, int64_t dv, bool wide, Body&& body) {
   fail("CUDA attention has no kernel for head sizes K {} / V {}", dk, dv);
 }
 
-// Calls body(Kernel<...>{}) for prefill CTAs of 128 rows at these head sizes, 8 warps of 16 rows
-// or 4 warps of 32, and returns whether there is one: heads of 128 and 256 (4 x 32 rows: 128 only;
-// 256 holds too many accumulators). Wider heads do not fit.
+// Calls body(Kernel<...>{}) for prefill CTAs of shape `ctas` at these head sizes, which must
+// exist (prefill_ctas_available); k4Warps16Rows covers every head.
 template <typename T, int kStages, typename Body>
-bool with_wide_prefill_kernel(int64_t dk, int64_t dv, PrefillCtas ctas, Body&& body) {
-  if (ctas == PrefillCtas::k8Warps16Rows && dk == dv && (dk == 128 || dk == 256)) {
-    if (dk == 128) body(Kernel<T, 128, 128, 8, kStages>{});
-    if (dk == 256) body(Kernel<T, 256, 256, 8, kStages>{});
-    return true;
+void with_prefill_kernel(int64_t dk, int64_t dv, PrefillCtas ctas, Body&& body) {
+  PAGODA_CHECK(prefill_ctas_available(ctas, dk, dv),
+               "CUDA attention has no such prefill CTAs for head sizes K {} / V {}", dk, dv);
+  if (ctas == PrefillCtas::k8Warps16Rows) {
+    if (dk == 128) return body(Kernel<T, 128, 128, 8, kStages>{});
+    return body(Kernel<T, 256, 256, 8, kStages>{});
   }
-  if (ctas == PrefillCtas::k4Warps32Rows && dk == 128 && dv == 128) {
-    body(Kernel<T, 128, 128, 8, kStages, kDefaultChunk, 2>{});
-    return true;
+  if (ctas == PrefillCtas::k4Warps32Rows) {
+    return body(Kernel<T, 128, 128, 8, kStages, kDefaultChunk, 2>{});
   }
-  return false;
+  with_kernel<T, 4, kStages>(dk, dv, false, body);
 }
 
 // Decode: one row tile; a third stage keeps two chunks in flight while one is used.
@@ -191,6 +190,19 @@ int64_t choose_decode_splits(int64_t pairs, int64_t max_seq_len) {
 // Measured on an H200 (attention_bench's prefill table, docs/performance.md): 128-row CTAs beat
 // 64-row ones at both heads, 4 warps of 32 rows at 128 (2-7%), 8 warps of 16 rows at 256 (1.6x:
 // 64-row CTAs of 256-wide heads leave one CTA of 4 warps per multiprocessor).
+bool prefill_ctas_available(PrefillCtas ctas, int64_t head_size_k, int64_t head_size_v) {
+  // 128-row CTAs of wider heads do not fit; 4 x 32 rows of a 256-wide head hold too many
+  // accumulators.
+  switch (ctas) {
+    case PrefillCtas::k8Warps16Rows:
+      return head_size_k == head_size_v && (head_size_k == 128 || head_size_k == 256);
+    case PrefillCtas::k4Warps32Rows:
+      return head_size_k == 128 && head_size_v == 128;
+    default:
+      return true;
+  }
+}
+
 PrefillCtas default_prefill_ctas(int64_t head_size_k, int64_t head_size_v) {
   if (head_size_k == 128 && head_size_v == 128) return PrefillCtas::k4Warps32Rows;
   if (head_size_k == 256 && head_size_v == 256) return PrefillCtas::k8Warps16Rows;
@@ -343,9 +355,7 @@ void paged_attention(const AttentionLayerParams& params, const Tensor& query, co
       const PrefillCtas ctas = plan.prefill_ctas == PrefillCtas::kDefault
                                    ? default_prefill_ctas(dk, dv)
                                    : plan.prefill_ctas;
-      if (!with_wide_prefill_kernel<T, kPrefillStages>(dk, dv, ctas, launch_prefill)) {
-        with_kernel<T, 4, kPrefillStages>(dk, dv, false, launch_prefill);
-      }
+      with_prefill_kernel<T, kPrefillStages>(dk, dv, ctas, launch_prefill);
     }
   });
 }

@@ -33,6 +33,9 @@ inline constexpr int64_t kMaxQueriesPerKvHead = 64;
 int64_t decode_splits_for(int64_t head_size_k, int64_t head_size_v, int64_t pairs,
                           int64_t max_seq_len);
 
+// Whether prefill CTAs of shape `ctas` exist for these head sizes (kDefault and k4Warps16Rows:
+// for every head); a plan asking for others is refused.
+bool prefill_ctas_available(PrefillCtas ctas, int64_t head_size_k, int64_t head_size_v);
 // The prefill CTAs a plan of PrefillCtas::kDefault runs at these head sizes.
 PrefillCtas default_prefill_ctas(int64_t head_size_k, int64_t head_size_v);
 
