@@ -9,7 +9,7 @@
 #      and TP / DCP ranks sharing the GPU against one rank (tests/engine/cuda_parallel_test.cc);
 #   3. the attention micro-benchmark (decode, verify rows, prefill) beside PyTorch's SDPA, and
 #      beside FlashInfer's kernels when PAGODA_FLASHINFER_DIR names its tree; the decode GEMM
-#      shapes; and
+#      shapes; sampling on the device per step shape; and
 #      `pagoda bench` of Llama-3-8B- and Gemma-4-E4B-shaped models against their weight-streaming
 #      floors, greedy and (Llama) with sampling on the device, with FP8 projections, and with
 #      e4m3 KV pages against bf16 ones at batch 64 and 2k-token prompts.
@@ -38,6 +38,7 @@ if python3 -c 'import torch' 2>/dev/null; then
   step attention_sdpa python3 tools/attention_sdpa.py
 fi
 step linear_bench "$build/src/linear_bench"
+step_tail=40 step sampling_bench "$build/src/sampling_bench"
 for model in llama-3-8b gemma-4-e4b; do
   for mode in graphs eager; do
     flags=()

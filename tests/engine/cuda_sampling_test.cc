@@ -48,6 +48,19 @@ std::vector<float> make_logits(int64_t rows, int64_t vocab, std::mt19937& rng) {
   return logits;
 }
 
+// Each case as a device sampling row, all with the draw `draw`.
+std::vector<SamplingRow> device_rows(const std::vector<Case>& all, double draw) {
+  std::vector<SamplingRow> rows;
+  for (const Case& c : all) {
+    rows.push_back({.temperature = c.params.temperature,
+                    .top_p = c.params.top_p,
+                    .min_p = c.params.min_p,
+                    .uniform = draw,
+                    .top_k = c.params.top_k});
+  }
+  return rows;
+}
+
 TEST(CudaSamplingTest, PicksTheHostSamplersToken) {
   if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
   std::mt19937 rng(7);
@@ -62,14 +75,7 @@ TEST(CudaSamplingTest, PicksTheHostSamplersToken) {
     const Tensor logprobs = compute_logprobs(host_logits);
     const Tensor device_logits = host_logits.to(Device::cuda());
     for (double draw : {0.0, uniform(rng), uniform(rng), uniform(rng), 0.999999}) {
-      std::vector<SamplingRow> params;
-      for (const Case& c : all) {
-        params.push_back({.temperature = c.params.temperature,
-                          .top_p = c.params.top_p,
-                          .min_p = c.params.min_p,
-                          .uniform = draw,
-                          .top_k = c.params.top_k});
-      }
+      const std::vector<SamplingRow> params = device_rows(all, draw);
       Tensor ids = Tensor::empty({rows}, DType::kI32, Device::cuda());
       Tensor token_logprobs = Tensor::empty({rows}, DType::kF32, Device::cuda());
       ids.fill(-1.0);
@@ -89,9 +95,46 @@ TEST(CudaSamplingTest, PicksTheHostSamplersToken) {
   }
 }
 
-TEST(CudaSamplingTest, ManyRowsOfOneCaseSortApart) {
+// Logits that crowd the device sampler's bins (linear in the logit, spanning the row's range): one
+// finite logit far below the rest stretches the range, so the rest, distinct values in a narrow
+// band, share one bin, which the device must narrow by the digits of their sort keys before it can
+// order them.
+TEST(CudaSamplingTest, NarrowsCrowdedBins) {
   if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
-  // 200 rows of pure temperature sampling: each row's draw must walk its own sorted row.
+  std::mt19937 rng(13);
+  std::normal_distribution<float> narrow(0.0f, 0.01f);
+  std::uniform_real_distribution<double> uniform(0.0, 1.0);
+  const std::vector<Case> all = cases();
+  const int64_t rows = static_cast<int64_t>(all.size());
+  for (int64_t vocab : {5000, 151936}) {
+    std::vector<float> logits(rows * vocab);
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t i = 0; i < vocab; ++i)
+        logits[r * vocab + i] = narrow(rng);
+      logits[r * vocab + r] = -1e30f;
+    }
+    Tensor host_logits = Tensor::empty({rows, vocab}, DType::kF32);
+    std::copy(logits.begin(), logits.end(), host_logits.data<float>());
+    const Tensor device_logits = host_logits.to(Device::cuda());
+    for (double draw : {0.0, uniform(rng), uniform(rng), 0.999999}) {
+      const std::vector<SamplingRow> params = device_rows(all, draw);
+      Tensor ids = Tensor::empty({rows}, DType::kI32, Device::cuda());
+      Tensor token_logprobs = Tensor::empty({rows}, DType::kF32, Device::cuda());
+      cuda::sample(device_logits, params, ids, token_logprobs);
+      const Tensor got = ids.to(Device::cpu());
+      for (int64_t r = 0; r < rows; ++r) {
+        const int32_t expected =
+            sample_token(logits.data() + r * vocab, vocab, all[r].params, draw);
+        ASSERT_EQ(got.data<int32_t>()[r], expected)
+            << all[r].name << ", vocab " << vocab << ", draw " << draw;
+      }
+    }
+  }
+}
+
+TEST(CudaSamplingTest, ManyRowsOfOneCaseDrawApart) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  // 200 rows of pure temperature sampling: each row's draw must walk its own row's order.
   std::mt19937 rng(11);
   std::uniform_real_distribution<double> uniform(0.0, 1.0);
   const int64_t rows = 200;

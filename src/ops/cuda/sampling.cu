@@ -1,13 +1,20 @@
 // Sampling on the device, so a step copies two numbers per row to the host instead of the whole
-// vocabulary. Greedy rows take the argmax. The other rows follow sample_token() on the host step
-// for step, in double as it does: the logits are sorted (most likely first, ties by the lower id,
-// one stable device-wide radix sort over all rows), and one CTA per row then finds the min-p,
-// top-k and top-p cuts and the draw on the sorted row by prefix sums. A row that judges a draft
-// (speculative decoding) applies the lossless rule of accept_drafts() the same way, with the
-// drafter's rows sorted beside the target's: each row judges its own draft, and the host keeps
-// the drafts up to the first row that rejects.
+// vocabulary. Greedy rows take the argmax. The other rows draw the token sample_token() draws on
+// the host, without sorting: sample_token() orders the tokens most likely first (ties by the lower
+// id), keeps a prefix of that order (min-p, top-k, top-p) and walks it until the running
+// probability passes the draw, and each of those cuts and the draw is a place where a running
+// tally over the sorted tokens passes a target. One CTA per row finds each such place by
+// selection:
+// - the row's finite logits fall into kBins linear bins of (max - logit), which keep the sorted
+//   order; one pass over the row counts each bin's tokens and their weights;
+// - a scan of the bins finds the one holding the crossing, and the CTA gathers that bin's tokens
+//   and sorts them on chip (a bin of more than kCandidates tokens is first narrowed by radix digits
+//   of the sort key, a pass per digit), then scans them.
+// Weights are exp((logit - max) / T) in f32 as the host computes them up to rounding, tallied in
+// fixed point (a weight is at most 1), so every sum is exact whatever order the threads add in,
+// and a row's draw repeats. A row that judges a draft (speculative decoding) applies the lossless
+// rule of accept_drafts() the same way, over the drafter's row and its own.
 #include <cuda_runtime.h>
-#include <cub/device/device_radix_sort.cuh>
 
 #include <algorithm>
 #include <bit>
@@ -24,6 +31,10 @@ namespace {
 
 constexpr int kThreads = 1024;
 constexpr int kWarps = kThreads / 32;
+constexpr int kBins = kThreads;        // a bin per thread when the histogram is scanned
+constexpr int kCandidates = kThreads;  // a token per thread when a gathered set is scanned
+constexpr int kDigitBits = 10;         // a radix digit narrowing a set: kBins values
+static_assert(kBins == 1 << kDigitBits);
 
 // The running argmax of part of a row, and Σ exp(logit - value) over that part.
 struct Best {
@@ -51,46 +62,67 @@ __device__ __forceinline__ Best warp_best(Best best) {
   return best;
 }
 
-// Radix-sort keys: ascending keys put a row's larger logits first, and rows in order.
-__device__ __forceinline__ uint32_t descending_bits(float value) {
-  const uint32_t bits = __float_as_uint(value);
+// A token's place in the sorted order: ascending keys put larger logits first, equal logits (-0
+// and +0 too) by the lower id.
+__device__ __forceinline__ uint64_t sort_key(float logit, int id) {
+  const uint32_t bits = __float_as_uint(logit == 0.0f ? 0.0f : logit);
   const uint32_t ascending = (bits & 0x80000000u) ? ~bits : bits | 0x80000000u;
-  return ~ascending;
+  return (static_cast<uint64_t>(~ascending) << 32) | static_cast<uint32_t>(id);
 }
 
-__device__ __forceinline__ float value_of(uint64_t key) {
-  const uint32_t ascending = ~static_cast<uint32_t>(key);
+__device__ __forceinline__ int id_of(uint64_t key) {
+  return static_cast<int>(static_cast<uint32_t>(key));
+}
+
+__device__ __forceinline__ float logit_of(uint64_t key) {
+  const uint32_t ascending = ~static_cast<uint32_t>(key >> 32);
   return __uint_as_float((ascending & 0x80000000u) ? ascending & 0x7fffffffu : ~ascending);
 }
 
-__global__ void make_keys_kernel(const float* logits, int64_t vocab, int64_t count,
-                                 int64_t first_row, uint64_t* keys, int32_t* ids) {
-  start_after_prior_kernels();
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < count;
-       i += int64_t{gridDim.x} * blockDim.x) {
-    keys[i] = (static_cast<uint64_t>(first_row + i / vocab) << 32) | descending_bits(logits[i]);
-    ids[i] = static_cast<int32_t>(i % vocab);
-  }
-}
+// A set of a row's tokens: those of one bin whose sort keys begin with `prefix`, `level` digits
+// long.
+struct Set {
+  const float* logits;
+  int bin;
+  int level;
+  uint64_t prefix;
 
-// The sorted row's probabilities as sample_token() computes them, with the exponentials in f32
-// and the sums in double.
-struct SortedRow {
-  const uint64_t* keys;
-  float max;  // the row's largest logit
-  float inverse_temperature;
-  double total;  // Σ exp((logit - max) / temperature)
-
-  __device__ float weight_of(float logit) const {
-    return expf((logit - max) * inverse_temperature);
+  __device__ bool operator==(const Set& other) const {
+    return logits == other.logits && bin == other.bin && level == other.level &&
+           prefix == other.prefix;
   }
-  __device__ float weight(int64_t j) const { return weight_of(value_of(keys[j])); }
-  __device__ double probability(int64_t j) const { return weight(j) / total; }
+  __device__ bool holds(uint64_t key) const {
+    return level == 0 || key >> (64 - kDigitBits * level) == prefix;
+  }
+  // The key's digit after the prefix.
+  __device__ int digit(uint64_t key) const {
+    return static_cast<int>((key << (kDigitBits * level)) >> (64 - kDigitBits));
+  }
 };
 
-// The block's reduction of v by `op`, returned to every thread. `scratch` holds kWarps values.
+struct Shared {
+  Best bests[kWarps];
+  uint64_t scratch[kWarps];  // block reductions and scans, of values of up to 8 bytes
+  uint64_t below;
+  int first;
+  int gathered;
+  // The row's histogram: tokens and their fixed-point weight per bin.
+  int bin_count[kBins];
+  uint64_t bin_weight[kBins];
+  // A narrower one: a set's tokens by their next digit, or a residual's weight per bin.
+  int digit_count[kBins];
+  uint64_t digit_weight[kBins];
+  // The tokens of one set, sorted, and which set that is.
+  uint64_t keys[kCandidates];
+  Set sorted;
+  int sorted_count;
+};
+
+// The block's reduction of v by `op`, returned to every thread.
 template <typename T, typename Op>
-__device__ T block_reduce(T v, T* scratch, Op op) {
+__device__ T block_reduce(T v, Shared& sh, Op op) {
+  static_assert(sizeof(T) <= sizeof(uint64_t));
+  T* scratch = reinterpret_cast<T*>(sh.scratch);
   for (int offset = 16; offset > 0; offset /= 2)
     v = op(v, __shfl_xor_sync(0xffffffffu, v, offset));
   __syncthreads();  // scratch may still be read by a previous call
@@ -103,188 +135,380 @@ __device__ T block_reduce(T v, T* scratch, Op op) {
 }
 
 template <typename T>
-__device__ T block_sum(T v, T* scratch) {
-  return block_reduce(v, scratch, [](T a, T b) { return a + b; });
+__device__ T block_sum(T v, Shared& sh) {
+  return block_reduce(v, sh, [](T a, T b) { return a + b; });
 }
 
-// The first j < n at which the running sum of value(j) from 0 passes `target` (reaches it when
-// `inclusive`); n when none does. Each warp takes a contiguous run of the row: the warps' sums
-// place the crossing, and the warp that holds it walks its run 32 tokens at a time.
-template <typename Value>
-__device__ int64_t first_crossing(Value value, int64_t n, double target, bool inclusive,
-                                  double* scratch, unsigned long long* found) {
-  const int warp = threadIdx.x / 32;
+// The first thread t at which base + Σ_{s ≤ t} v_s passes `target` (reaches it when `inclusive`),
+// with Σ_{s < t} v_s in *below; kThreads and the block's sum when none does.
+__device__ int first_passing(uint64_t v, uint64_t base, double target, bool inclusive, Shared& sh,
+                             uint64_t* below) {
   const int lane = threadIdx.x % 32;
-  const int64_t run = (n + kWarps - 1) / kWarps;
-  const int64_t begin = warp * run < n ? warp * run : n;
-  const int64_t end = begin + run < n ? begin + run : n;
-  double sum = 0.0;
-  for (int64_t j = begin + lane; j < end; j += 32)
-    sum += value(j);
-  for (int offset = 16; offset > 0; offset /= 2)
-    sum += __shfl_xor_sync(0xffffffffu, sum, offset);
-  __syncthreads();  // scratch may still be read by a previous reduction
-  if (lane == 0) scratch[warp] = sum;
-  if (threadIdx.x == 0) *found = static_cast<unsigned long long>(n);
-  __syncthreads();
-  double running = 0.0;
-  for (int w = 0; w < warp; ++w)
-    running += scratch[w];
-  auto passes = [&](double v) { return inclusive ? v >= target : v > target; };
-  if (begin < end && passes(running + sum)) {
-    for (int64_t base = begin; base < end; base += 32) {
-      const int64_t j = base + lane;
-      double p = j < end ? value(j) : 0.0;
-      for (int offset = 1; offset < 32; offset *= 2) {
-        const double other = __shfl_up_sync(0xffffffffu, p, offset);
-        if (lane >= offset) p += other;
-      }
-      const unsigned hits = __ballot_sync(0xffffffffu, j < end && passes(running + p));
-      if (hits != 0) {
-        if (lane == 0) atomicMin(found, static_cast<unsigned long long>(base + __ffs(hits) - 1));
-        break;
-      }
-      running += __shfl_sync(0xffffffffu, p, 31);
-    }
+  const int warp = threadIdx.x / 32;
+  uint64_t inclusive_sum = v;
+  for (int offset = 1; offset < 32; offset *= 2) {
+    const uint64_t other = __shfl_up_sync(0xffffffffu, inclusive_sum, offset);
+    if (lane >= offset) inclusive_sum += other;
   }
+  uint64_t* totals = sh.scratch;
+  __syncthreads();  // the scratch may still be read by a previous call
+  if (lane == 31) totals[warp] = inclusive_sum;
+  if (threadIdx.x == 0) sh.first = kThreads;
   __syncthreads();
-  return static_cast<int64_t>(*found);
+  uint64_t earlier = 0, total = 0;
+  for (int w = 0; w < kWarps; ++w) {
+    if (w < warp) earlier += totals[w];
+    total += totals[w];
+  }
+  const uint64_t before = earlier + inclusive_sum - v;
+  const double running = static_cast<double>(base + before + v);
+  const unsigned hits =
+      __ballot_sync(0xffffffffu, inclusive ? running >= target : running > target);
+  if (hits != 0 && lane == 0) atomicMin(&sh.first, threadIdx.x + __ffs(hits) - 1);
+  __syncthreads();
+  const int first = sh.first;
+  if (static_cast<int>(threadIdx.x) == first) sh.below = before;
+  __syncthreads();
+  *below = first < kThreads ? sh.below : total;
+  return first;
 }
 
-// A sorted row after temperature, min-p, top-k and top-p: its first `keep` tokens stay, holding
-// `mass` of the probability.
-struct Filtered {
-  SortedRow sorted;
-  int64_t keep;
-  double mass;
-  uint32_t last_bits;  // the sort key and id of the last token kept
-  int32_t last_id;
+// A row of logits at a temperature: the weights sample_token() gives its tokens (up to rounding),
+// in f32 and as fixed-point tallies, and the row's bins.
+struct RowView {
+  const float* logits;
+  int vocab;
+  float max;
+  float inverse_temperature;
+  float scale;  // bins per unit of (max - logit)
+  float fixed;  // a weight of 1 as a tally: 2^(63 - bit width of vocab), so no sum overflows
 
-  // The token the draw `uniform` falls on, walking the kept tokens in order.
-  __device__ int64_t draw(double uniform, double* scratch, unsigned long long* found) const {
-    const int64_t j = first_crossing([&](int64_t i) { return sorted.probability(i); }, keep,
-                                     uniform * mass, false, scratch, found);
-    return j < keep ? j : keep - 1;
-  }
-  // The filtered probability of `token`, whose logit is `logit`: 0 unless it sorts no later than
-  // the last token kept.
-  __device__ double probability(int32_t token, float logit) const {
-    const uint32_t bits = descending_bits(logit);
-    const bool kept = bits < last_bits || (bits == last_bits && token <= last_id);
-    return kept ? sorted.weight_of(logit) / sorted.total / mass : 0.0;
+  __device__ float weight(float logit) const { return expf((logit - max) * inverse_temperature); }
+  __device__ uint64_t tally(double weight) const { return __double2ull_rz(weight * fixed); }
+  __device__ double untally(uint64_t tally) const { return static_cast<double>(tally) / fixed; }
+  // Larger logits in lower bins; impossible tokens (and NaN) in the last.
+  __device__ int bin(float logit) const {
+    if (!(logit > -INFINITY)) return kBins - 1;
+    const float at = (max - logit) * scale;
+    return at < kBins - 2 ? static_cast<int>(at) : kBins - 2;
   }
 };
 
-// Row `keys`/`ids` (vocab sorted entries) filtered by `params`, as filter_distribution() does.
-__device__ Filtered filter_row(const uint64_t* keys, const int32_t* ids, int64_t vocab,
-                               const SamplingRow& params, double* scratch,
-                               unsigned long long* found) {
-  SortedRow sorted{keys, value_of(keys[0]), static_cast<float>(1.0 / params.temperature), 1.0};
-  // The total weight, and how many tokens are at least min_p times as likely as the first (whose
-  // weight is 1): a prefix of the sorted row.
-  double total = 0.0;
-  int64_t likely = 0;
-  for (int64_t j = threadIdx.x; j < vocab; j += kThreads) {
-    const float weight = sorted.weight(j);
-    total += weight;
-    likely += weight >= params.min_p;
+// One pass over a row: its argmax and the log-sum-exp of its raw logits, and the view of it at a
+// temperature.
+struct RowStats {
+  Best best;
+  RowView view;
+};
+
+__device__ RowStats row_stats(const float* logits, int vocab, double temperature, Shared& sh) {
+  Best best{-FLT_MAX, INT_MAX, 0.0f};
+  float lowest = INFINITY;  // the smallest possible logit
+  for (int i = threadIdx.x; i < vocab; i += kThreads) {
+    const float logit = logits[i];
+    best = better(best, Best{logit, i, 1.0f});
+    if (logit > -INFINITY) lowest = fminf(lowest, logit);
   }
-  sorted.total = block_sum(total, scratch);
-  likely = block_sum(likely, reinterpret_cast<int64_t*>(scratch));
-  int64_t keep = vocab;
-  if (params.min_p > 0.0) keep = likely > 0 ? likely : 1;
+  best = warp_best(best);
+  __syncthreads();  // bests may still be read by a previous call
+  if (threadIdx.x % 32 == 0) sh.bests[threadIdx.x / 32] = best;
+  __syncthreads();
+  best = sh.bests[0];
+  for (int w = 1; w < kWarps; ++w)
+    best = better(best, sh.bests[w]);
+  if (best.index >= vocab) best.index = 0;  // no logit above -FLT_MAX: the host's pick
+  lowest = block_reduce(lowest, sh, [](float a, float b) { return fminf(a, b); });
+  const float span = best.value - lowest;
+  float scale = span > 0.0f ? (kBins - 2) / span : 0.0f;
+  if (!(scale <= FLT_MAX)) scale = 0.0f;
+  const float fixed = ldexpf(1.0f, __clzll(static_cast<long long>(vocab)) - 1);  // 2^(63 - bits)
+  return {best,
+          {logits, vocab, best.value,
+           temperature > 0.0 ? static_cast<float>(1.0 / temperature) : 0.0f, scale, fixed}};
+}
+
+// What a running tally counts: tokens, their weight, or a residual's weight (in place of theirs).
+enum class Tally { kCount, kWeight, kResidual };
+
+// Where a running tally over the sorted row passes a target: the token there (~0 when the tally
+// never does) and the weight (or residual weight) of the tokens before it.
+struct Crossing {
+  uint64_t key;
+  uint64_t before;
+};
+
+// The crossing of `target` by the running tally over the row's sorted tokens. The histogram of the
+// first level is the row's (kCount, kWeight) or already in the digit arrays (kResidual, whose
+// `residual(logit, id)` gives each token's residual tally).
+template <Tally kTally, typename Residual>
+__device__ Crossing select(const RowView& row, double target, bool inclusive, Shared& sh,
+                           Residual&& residual) {
+  const int t = threadIdx.x;
+  const auto tally = [&](float logit, int id) -> uint64_t {
+    if constexpr (kTally == Tally::kResidual) return residual(logit, id);
+    return row.tally(row.weight(logit));
+  };
+  uint64_t count_before = 0, weight_before = 0;
+  // The entry of counts/weights (a thread each) where the tally passes the target; the counts and
+  // weights before it join the tallies before.
+  const auto place = [&](uint64_t count, uint64_t weight) {
+    uint64_t below;
+    if constexpr (kTally == Tally::kCount) {
+      const int at = first_passing(count, count_before, target, inclusive, sh, &below);
+      count_before += below;
+      weight_before += block_sum(t < at ? weight : uint64_t{0}, sh);
+      return at;
+    } else {
+      const int at = first_passing(weight, weight_before, target, inclusive, sh, &below);
+      weight_before += below;
+      return at;
+    }
+  };
+  const bool row_bins = kTally != Tally::kResidual;
+  Set set{row.logits, 0, 0, 0};
+  set.bin = place(row_bins ? sh.bin_count[t] : sh.digit_count[t],
+                  row_bins ? sh.bin_weight[t] : sh.digit_weight[t]);
+  if (set.bin == kThreads) return {~uint64_t{0}, weight_before};
+  int size = row_bins ? sh.bin_count[set.bin] : sh.digit_count[set.bin];
+  // Narrow a set too large to sort on chip by the digits of its keys.
+  while (size > kCandidates && set.level < 64 / kDigitBits) {
+    __syncthreads();  // every thread has read `size` before the digit arrays are reused
+    sh.digit_count[t] = 0;
+    sh.digit_weight[t] = 0;
+    __syncthreads();
+    for (int i = t; i < row.vocab; i += kThreads) {
+      const float logit = row.logits[i];
+      if (row.bin(logit) != set.bin) continue;
+      const uint64_t key = sort_key(logit, i);
+      if (!set.holds(key)) continue;
+      const int d = set.digit(key);
+      atomicAdd(&sh.digit_count[d], 1);
+      atomicAdd(reinterpret_cast<unsigned long long*>(&sh.digit_weight[d]),
+                static_cast<unsigned long long>(tally(logit, i)));
+    }
+    __syncthreads();
+    const int d = place(sh.digit_count[t], sh.digit_weight[t]);
+    if (d == kThreads) return {~uint64_t{0}, weight_before};
+    size = sh.digit_count[d];
+    set.prefix = (set.prefix << kDigitBits) | d;
+    ++set.level;
+  }
+  // Gather the set's tokens and sort them, unless they are the set sorted last.
+  if (!(set == sh.sorted)) {
+    __syncthreads();  // every thread has read sh.sorted
+    if (t == 0) sh.gathered = 0;
+    __syncthreads();
+    const int lane = t % 32;
+    for (int start = 0; start < row.vocab; start += kThreads) {  // whole warps, for the ballot
+      const int i = start + t;
+      const float logit = i < row.vocab ? row.logits[i] : 0.0f;
+      const uint64_t key = sort_key(logit, i);
+      const bool member = i < row.vocab && row.bin(logit) == set.bin && set.holds(key);
+      // A warp's members take consecutive slots: one atomic a warp.
+      const unsigned members = __ballot_sync(0xffffffffu, member);
+      if (members == 0) continue;
+      const int leader = __ffs(members) - 1;
+      int first = 0;
+      if (lane == leader) first = atomicAdd(&sh.gathered, __popc(members));
+      first = __shfl_sync(0xffffffffu, first, leader);
+      const int slot = first + __popc(members & ((1u << lane) - 1));
+      if (member && slot < kCandidates) sh.keys[slot] = key;
+    }
+    __syncthreads();
+    const int n = min(sh.gathered, kCandidates);
+    const int width = n <= 1 ? 1 : 1 << (32 - __clz(n - 1));
+    if (t >= n && t < width) sh.keys[t] = ~uint64_t{0};
+    __syncthreads();
+    for (int k = 2; k <= width; k *= 2) {
+      for (int j = k / 2; j > 0; j /= 2) {
+        const int partner = t ^ j;
+        if (t < width && partner > t) {
+          const uint64_t a = sh.keys[t];
+          const uint64_t b = sh.keys[partner];
+          if ((a > b) == ((t & k) == 0)) {
+            sh.keys[t] = b;
+            sh.keys[partner] = a;
+          }
+        }
+        __syncthreads();
+      }
+    }
+    if (t == 0) {
+      sh.sorted = set;
+      sh.sorted_count = n;
+    }
+    __syncthreads();
+  }
+  const int n = sh.sorted_count;
+  const uint64_t key = t < n ? sh.keys[t] : ~uint64_t{0};
+  const uint64_t weight = t < n ? tally(logit_of(key), id_of(key)) : 0;
+  const int at = place(t < n ? 1 : 0, weight);
+  return {at < n ? sh.keys[at] : ~uint64_t{0}, weight_before};
+}
+
+// Tokens and weights of the row per bin, and how many tokens are at least min_p times as likely
+// as the most likely (whose weight is 1). Also the last token in sorted order.
+struct RowHistogram {
+  int likely;
+  uint64_t total;  // the row's weight, as a tally
+  uint64_t last;
+};
+
+__device__ RowHistogram histogram(const RowView& row, double min_p, Shared& sh) {
+  const int t = threadIdx.x;
+  __syncthreads();  // the arrays may still be read
+  sh.bin_count[t] = 0;
+  sh.bin_weight[t] = 0;
+  __syncthreads();
+  int likely = 0;
+  uint64_t last = 0;
+  for (int start = 0; start < row.vocab; start += kThreads) {  // whole warps, for the ballot
+    const int i = start + t;
+    const bool real = i < row.vocab;
+    const float logit = real ? row.logits[i] : -INFINITY;
+    const int b = row.bin(logit);
+    // Impossible tokens (weight 0) would all meet at one bin: a warp counts them at once.
+    const unsigned impossible = __ballot_sync(0xffffffffu, real && b == kBins - 1);
+    if (impossible != 0 && t % 32 == __ffs(impossible) - 1)
+      atomicAdd(&sh.bin_count[kBins - 1], __popc(impossible));
+    if (!real) continue;
+    last = max(last, sort_key(logit, i));
+    const float weight = row.weight(logit);
+    likely += weight >= min_p;
+    if (b == kBins - 1) continue;
+    atomicAdd(&sh.bin_count[b], 1);
+    atomicAdd(reinterpret_cast<unsigned long long*>(&sh.bin_weight[b]),
+              static_cast<unsigned long long>(row.tally(weight)));
+  }
+  __syncthreads();
+  const uint64_t total = block_sum(sh.bin_weight[t], sh);
+  return {block_sum(likely, sh), total,
+          block_reduce(last, sh, [](uint64_t a, uint64_t b) { return a > b ? a : b; })};
+}
+
+// A row after temperature, min-p, top-k and top-p: the tokens sorting up to `last` stay, holding
+// `mass` of weight (`mass_tally` as a tally).
+struct Filtered {
+  RowView row;
+  uint64_t last;
+  uint64_t mass_tally;
+  double mass;
+
+  __device__ bool keeps(float logit, int id) const { return sort_key(logit, id) <= last; }
+  // The filtered probability of token `id`, whose logit is `logit`.
+  __device__ double probability(float logit, int id) const {
+    return keeps(logit, id) ? row.weight(logit) / mass : 0.0;
+  }
+  // The token the draw `uniform` falls on, walking the kept tokens in order (the last kept one
+  // when rounding leaves the draw past them all).
+  __device__ int draw(double uniform, Shared& sh) const {
+    const auto none = [](float, int) { return uint64_t{0}; };
+    const Crossing at =
+        select<Tally::kWeight>(row, uniform * static_cast<double>(mass_tally), false, sh, none);
+    return id_of(at.key <= last ? at.key : last);
+  }
+};
+
+// `row` filtered by `params`, as filter_distribution() does. Leaves the row's histogram in `sh`.
+__device__ Filtered filter_row(const RowView& row, const SamplingRow& params, Shared& sh) {
+  const RowHistogram h = histogram(row, params.min_p, sh);
+  int64_t keep = row.vocab;
+  if (params.min_p > 0.0) keep = h.likely > 0 ? h.likely : 1;
   if (params.top_k > 0 && params.top_k < keep) keep = params.top_k;
-  if (params.top_p < 1.0) {
-    double mass = 0.0;
-    for (int64_t j = threadIdx.x; j < keep; j += kThreads)
-      mass += sorted.probability(j);
-    mass = block_sum(mass, scratch);
-    const int64_t cut = first_crossing([&](int64_t j) { return sorted.probability(j); }, keep,
-                                       params.top_p * mass, true, scratch, found);
-    keep = cut < keep ? cut + 1 : keep;
+  uint64_t last = h.last;
+  uint64_t mass = h.total;
+  const auto none = [](float, int) { return uint64_t{0}; };
+  const auto through = [&](const Crossing& at) {
+    return at.before + row.tally(row.weight(logit_of(at.key)));
+  };
+  if (keep < row.vocab) {
+    const Crossing at = select<Tally::kCount>(row, static_cast<double>(keep), true, sh, none);
+    if (at.key < last) {
+      last = at.key;
+      mass = through(at);
+    }
   }
-  double mass = 0.0;
-  for (int64_t j = threadIdx.x; j < keep; j += kThreads)
-    mass += sorted.probability(j);
-  mass = block_sum(mass, scratch);
-  return {sorted, keep, mass, static_cast<uint32_t>(keys[keep - 1]), ids[keep - 1]};
+  if (params.top_p < 1.0) {
+    const Crossing at =
+        select<Tally::kWeight>(row, params.top_p * static_cast<double>(mass), true, sh, none);
+    if (at.key < last) {
+      last = at.key;
+      mass = through(at);
+    }
+  }
+  return {row, last, mass, row.untally(mass)};
 }
 
 // The token that replaces a rejected draft: a draw from max(0, p - q) normalised, over p's kept
 // tokens in p's order; p itself where q covers p everywhere (as draw_residual() on the host).
-__device__ int64_t draw_residual(const Filtered& p, const int32_t* p_ids, const Filtered& q,
-                                 const float* q_logits, double uniform, double* scratch,
-                                 unsigned long long* found) {
-  const auto residual = [&](int64_t j) {
-    const int32_t token = p_ids[j];
-    return fmax(0.0, p.sorted.probability(j) / p.mass - q.probability(token, q_logits[token]));
+__device__ int draw_residual(const Filtered& p, const Filtered& q, const float* q_logits,
+                             double uniform, Shared& sh) {
+  const RowView& row = p.row;
+  const auto residual = [&](float logit, int id) -> uint64_t {
+    if (!p.keeps(logit, id)) return 0;
+    return row.tally(fmax(0.0, row.weight(logit) / p.mass - q.probability(q_logits[id], id)));
   };
-  double total = 0.0;
-  int64_t last = 0;  // the last position with residual mass, for a draw that rounding overshoots
-  for (int64_t j = threadIdx.x; j < p.keep; j += kThreads) {
-    const double r = residual(j);
-    total += r;
-    if (r > 0.0) last = j;
+  // The residual's weight per bin of p's row (whose tokens per bin are p's histogram's), its
+  // total, and its last token.
+  const int t = threadIdx.x;
+  __syncthreads();
+  sh.digit_count[t] = sh.bin_count[t];
+  sh.digit_weight[t] = 0;
+  __syncthreads();
+  uint64_t last = 0;
+  for (int i = t; i < row.vocab; i += kThreads) {
+    const float logit = row.logits[i];
+    const uint64_t r = residual(logit, i);
+    if (r == 0) continue;
+    last = max(last, sort_key(logit, i));
+    atomicAdd(reinterpret_cast<unsigned long long*>(&sh.digit_weight[row.bin(logit)]),
+              static_cast<unsigned long long>(r));
   }
-  total = block_sum(total, scratch);
-  last = block_reduce(last, reinterpret_cast<int64_t*>(scratch),
-                      [](int64_t a, int64_t b) { return a > b ? a : b; });
-  if (total <= 0.0) return p.draw(uniform, scratch, found);
-  const int64_t j = first_crossing(residual, p.keep, uniform * total, false, scratch, found);
-  return j < p.keep ? j : last;
+  __syncthreads();
+  const uint64_t total = block_sum(sh.digit_weight[t], sh);
+  last = block_reduce(last, sh, [](uint64_t a, uint64_t b) { return a > b ? a : b; });
+  if (total == 0) return p.draw(uniform, sh);
+  const Crossing at =
+      select<Tally::kResidual>(row, uniform * static_cast<double>(total), false, sh, residual);
+  return id_of(at.key <= last ? at.key : last);
 }
 
 __global__ void __launch_bounds__(kThreads)
-    sample_kernel(const float* logits, int64_t vocab, const SamplingRow* rows,
-                  const uint64_t* sorted_keys, const int32_t* sorted_ids, const float* draft_logits,
-                  int64_t draft_sorted_row, int32_t* out_ids, float* out_logprobs,
+    sample_kernel(const float* logits, int vocab, const SamplingRow* rows,
+                  const float* draft_logits, int32_t* out_ids, float* out_logprobs,
                   int32_t* out_kept) {
   start_after_prior_kernels();
-  __shared__ Best warp_bests[kWarps];
-  __shared__ double scratch[kWarps];
-  __shared__ unsigned long long found;
+  __shared__ Shared sh;
+  if (threadIdx.x == 0) sh.sorted = Set{nullptr, -1, 0, 0};
   const SamplingRow params = rows != nullptr ? rows[blockIdx.x] : SamplingRow{};
-  const float* row = logits + blockIdx.x * vocab;
+  const float* row = logits + static_cast<int64_t>(blockIdx.x) * vocab;
 
-  // The argmax, and the log-sum-exp of the raw logits for the sampled token's log-probability, in
-  // one pass over the row.
-  Best best{-FLT_MAX, INT_MAX, 0.0f};
-  for (int64_t i = threadIdx.x; i < vocab; i += kThreads)
-    best = better(best, Best{row[i], static_cast<int>(i), 1.0f});
-  best = warp_best(best);
-  if (threadIdx.x % 32 == 0) warp_bests[threadIdx.x / 32] = best;
-  __syncthreads();
-  best = warp_bests[0];
-  for (int w = 1; w < kWarps; ++w)
-    best = better(best, warp_bests[w]);
-  const float log_total = best.value + logf(best.sum);
+  // The argmax, and the log-sum-exp of the raw logits for the token's log-probability, in one
+  // pass over the row.
+  const RowStats stats = row_stats(row, vocab, params.temperature, sh);
+  const float log_total = stats.best.value + logf(stats.best.sum);
 
   // A greedy row keeps its draft when it is the argmax, and gives the argmax either way.
-  int64_t token = best.index;
+  int token = stats.best.index;
   bool keeps = params.draft >= 0 && token == params.draft;
   if (params.temperature > 0.0) {
-    const int64_t base = blockIdx.x * vocab;
-    const Filtered p =
-        filter_row(sorted_keys + base, sorted_ids + base, vocab, params, scratch, &found);
     if (params.draft < 0) {
-      token = sorted_ids[base + p.draw(params.uniform, scratch, &found)];
+      token = filter_row(stats.view, params, sh).draw(params.uniform, sh);
     } else {
       // The lossless rule: keep the draft with probability min(1, p/q), else draw from the
-      // residual.
-      const int64_t q_base = (draft_sorted_row + params.draft_row) * vocab;
+      // residual. q first, so p's histogram stays for a draw from p.
       const float* q_logits = draft_logits + params.draft_row * vocab;
       const Filtered q =
-          filter_row(sorted_keys + q_base, sorted_ids + q_base, vocab, params, scratch, &found);
-      const double p_draft = p.probability(params.draft, row[params.draft]);
-      const double q_draft = q.probability(params.draft, q_logits[params.draft]);
+          filter_row(row_stats(q_logits, vocab, params.temperature, sh).view, params, sh);
+      const Filtered p = filter_row(stats.view, params, sh);
+      const double p_draft = p.probability(row[params.draft], params.draft);
+      const double q_draft = q.probability(q_logits[params.draft], params.draft);
       keeps = q_draft > 0.0 && params.judge * q_draft < p_draft;
-      token = keeps ? params.draft
-                    : sorted_ids[base + draw_residual(p, sorted_ids + base, q, q_logits,
-                                                      params.uniform, scratch, &found)];
+      token = keeps ? params.draft : draw_residual(p, q, q_logits, params.uniform, sh);
     }
   }
   if (threadIdx.x == 0) {
-    out_ids[blockIdx.x] = static_cast<int32_t>(token);
+    out_ids[blockIdx.x] = token;
     out_logprobs[blockIdx.x] = row[token] - log_total;
     if (out_kept != nullptr) out_kept[blockIdx.x] = keeps ? 1 : 0;
   }
@@ -330,49 +554,17 @@ void sample(const Tensor& logits, std::span<const SamplingRow> rows, const Tenso
                    (count + drafts) * vocab < (int64_t{1} << 31),
                "sampling {} rows of {} logits", count + drafts, vocab);
   if (count == 0) return;
-  // All-greedy steps without drafts need neither parameters on the device nor sorted rows.
-  Tensor params, sorted_keys, sorted_ids;
+  // All-greedy steps without drafts need no parameters on the device.
+  Tensor params;
   if (any_random || any_draft) {
     params = Tensor::empty({count * static_cast<int64_t>(sizeof(SamplingRow))}, DType::kU8);
     std::memcpy(params.raw_data(), rows.data(), rows.size_bytes());
     params = params.to(device);
   }
-  if (any_random) {
-    // Keys (row, descending logit) sort stably, so equal logits keep the lower id first. The
-    // drafter's rows sort after the target's.
-    const int64_t items = (count + drafts) * vocab;
-    const Tensor keys = Tensor::uninitialized({items}, DType::kI64, device);
-    const Tensor order = Tensor::uninitialized({items}, DType::kI32, device);
-    sorted_keys = Tensor::uninitialized({items}, DType::kI64, device);
-    sorted_ids = Tensor::uninitialized({items}, DType::kI32, device);
-    auto make_keys = [&](const Tensor& source, int64_t first_row) {
-      const int64_t n = source.numel();
-      const int blocks = static_cast<int>(std::min<int64_t>((n + 255) / 256, 4096));
-      launch(make_keys_kernel, blocks, 256, 0, stream(), source.data<float>(), vocab, n, first_row,
-             reinterpret_cast<uint64_t*>(keys.raw_data()) + first_row * vocab,
-             order.data<int32_t>() + first_row * vocab);
-    };
-    make_keys(logits, 0);
-    if (drafts > 0) make_keys(draft_logits, count);
-    const int end_bit = 32 + std::bit_width(static_cast<uint64_t>(count + drafts - 1));
-    auto sort = [&](void* temp, size_t& temp_bytes) {
-      PAGODA_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(
-          temp, temp_bytes, reinterpret_cast<const uint64_t*>(keys.raw_data()),
-          reinterpret_cast<uint64_t*>(sorted_keys.raw_data()), order.data<int32_t>(),
-          sorted_ids.data<int32_t>(), static_cast<int>(items), 0, end_bit, stream()));
-    };
-    size_t temp_bytes = 0;
-    sort(nullptr, temp_bytes);
-    const Tensor temp =
-        Tensor::uninitialized({static_cast<int64_t>(temp_bytes) + 1}, DType::kU8, device);
-    sort(temp.raw_data(), temp_bytes);
-  }
   launch(sample_kernel, static_cast<unsigned>(count), kThreads, 0, stream(), logits.data<float>(),
-         vocab,
+         static_cast<int>(vocab),
          params.defined() ? reinterpret_cast<const SamplingRow*>(params.raw_data()) : nullptr,
-         any_random ? reinterpret_cast<const uint64_t*>(sorted_keys.raw_data()) : nullptr,
-         any_random ? sorted_ids.data<int32_t>() : nullptr,
-         drafts > 0 ? draft_logits.data<float>() : nullptr, count, ids.data<int32_t>(),
+         drafts > 0 ? draft_logits.data<float>() : nullptr, ids.data<int32_t>(),
          logprobs.data<float>(), any_draft ? kept.data<int32_t>() : nullptr);
 }
 
