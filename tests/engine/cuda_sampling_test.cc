@@ -10,54 +10,16 @@
 #include "engine/sampler.h"
 #include "engine/spec_acceptance.h"
 #include "ops/cuda/ops.h"
+#include "tests/engine/sampling_cases.h"
 
 namespace pagoda {
 namespace {
 
-struct Case {
-  SamplingParams params;
-  const char* name;
-};
-
-std::vector<Case> cases() {
-  return {
-      {{.temperature = 0.0}, "greedy"},
-      {{.temperature = 1.0}, "temperature 1"},
-      {{.temperature = 0.7, .top_k = 50}, "top-k 50"},
-      {{.temperature = 2.0, .top_k = 1}, "top-k 1"},
-      {{.temperature = 1.3, .top_p = 0.9}, "top-p 0.9"},
-      {{.temperature = 1.0, .top_p = 1e-4}, "top-p tiny"},
-      {{.temperature = 1.0, .min_p = 0.05}, "min-p 0.05"},
-      {{.temperature = 0.8, .top_k = 40, .top_p = 0.95, .min_p = 0.02}, "all filters"},
-  };
-}
-
-// Row r of a [rows, vocab] batch: normal logits; odd rows rounded to halves, so many tokens tie,
-// and with every seventh token impossible.
-std::vector<float> make_logits(int64_t rows, int64_t vocab, std::mt19937& rng) {
-  std::normal_distribution<float> normal(0.0f, 3.0f);
-  std::vector<float> logits(rows * vocab);
-  for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t i = 0; i < vocab; ++i) {
-      float v = normal(rng);
-      if (r % 2 == 1) v = std::round(v * 2.0f) / 2.0f;
-      if (r % 4 == 3 && i % 7 == 3) v = -INFINITY;
-      logits[r * vocab + i] = v;
-    }
-  }
-  return logits;
-}
-
 // Each case as a device sampling row, all with the draw `draw`.
-std::vector<SamplingRow> device_rows(const std::vector<Case>& all, double draw) {
+std::vector<SamplingRow> device_rows(const std::vector<SamplingCase>& all, double draw) {
   std::vector<SamplingRow> rows;
-  for (const Case& c : all) {
-    rows.push_back({.temperature = c.params.temperature,
-                    .top_p = c.params.top_p,
-                    .min_p = c.params.min_p,
-                    .uniform = draw,
-                    .top_k = c.params.top_k});
-  }
+  for (const SamplingCase& c : all)
+    rows.push_back(device_sampling_row(c.params, draw));
   return rows;
 }
 
@@ -65,11 +27,11 @@ TEST(CudaSamplingTest, PicksTheHostSamplersToken) {
   if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
   std::mt19937 rng(7);
   std::uniform_real_distribution<double> uniform(0.0, 1.0);
-  const std::vector<Case> all = cases();
+  const std::vector<SamplingCase> all = sampling_cases();
   for (int64_t vocab : {5, 1000, 151936, 262144}) {
     // Every case on its own row, several draws each, in one call per draw.
     const int64_t rows = static_cast<int64_t>(all.size());
-    const std::vector<float> logits = make_logits(rows, vocab, rng);
+    const std::vector<float> logits = sampling_logits(rows, vocab, rng);
     Tensor host_logits = Tensor::empty({rows, vocab}, DType::kF32);
     std::copy(logits.begin(), logits.end(), host_logits.data<float>());
     const Tensor logprobs = compute_logprobs(host_logits);
@@ -104,7 +66,7 @@ TEST(CudaSamplingTest, NarrowsCrowdedBins) {
   std::mt19937 rng(13);
   std::normal_distribution<float> narrow(0.0f, 0.01f);
   std::uniform_real_distribution<double> uniform(0.0, 1.0);
-  const std::vector<Case> all = cases();
+  const std::vector<SamplingCase> all = sampling_cases();
   const int64_t rows = static_cast<int64_t>(all.size());
   for (int64_t vocab : {5000, 151936}) {
     std::vector<float> logits(rows * vocab);
@@ -139,7 +101,7 @@ TEST(CudaSamplingTest, ManyRowsOfOneCaseDrawApart) {
   std::uniform_real_distribution<double> uniform(0.0, 1.0);
   const int64_t rows = 200;
   const int64_t vocab = 3000;
-  const std::vector<float> logits = make_logits(rows, vocab, rng);
+  const std::vector<float> logits = sampling_logits(rows, vocab, rng);
   Tensor host_logits = Tensor::empty({rows, vocab}, DType::kF32);
   std::copy(logits.begin(), logits.end(), host_logits.data<float>());
   std::vector<SamplingRow> params;
@@ -162,14 +124,14 @@ TEST(CudaSamplingTest, ManyRowsOfOneCaseDrawApart) {
 TEST(CudaSamplingTest, JudgesDraftsAsTheHostDoes) {
   if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
   std::mt19937 rng(13);
-  const std::vector<Case> all = cases();
+  const std::vector<SamplingCase> all = sampling_cases();
   constexpr int64_t kDrafts = 3;
   for (int64_t vocab : {5, 1000, 151936}) {
     for (int trial = 0; trial < 4; ++trial) {
       // One request per case: its 1 + K target rows and K drafter rows.
       const int64_t requests = static_cast<int64_t>(all.size());
       const int64_t rows = requests * (kDrafts + 1);
-      const std::vector<float> target = make_logits(rows, vocab, rng);
+      const std::vector<float> target = sampling_logits(rows, vocab, rng);
       // The drafter's rows: the target's, nudged, so drafts are often but not always kept.
       std::vector<float> drafter(requests * kDrafts * vocab);
       std::normal_distribution<float> nudge(0.0f, 1.0f);

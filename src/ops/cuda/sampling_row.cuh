@@ -1,0 +1,520 @@
+// The device code of cuda::sample() (sampling.cu): one CTA of kThreads threads per row. Greedy
+// rows take the argmax. The other rows draw the token sample_token() draws on the host, without
+// sorting. sample_token() orders the tokens most likely first (ties by the lower id), keeps a
+// prefix of that order (min-p, top-k, top-p) and walks it until the running probability passes
+// the draw: each of those cuts and the draw is a place where a running tally over the sorted
+// tokens passes a target, and the CTA finds each such place by selection:
+// - the row's finite logits fall into linear bins of (max - logit), which keep the sorted order;
+//   one pass over the row counts each bin's tokens and their weights;
+// - a scan of the bins finds the one holding the crossing, and the CTA gathers that bin's tokens
+//   and sorts them on chip (a bin of more than kCandidates tokens is first narrowed by radix digits
+//   of the sort key, a pass per digit), then scans them.
+// Weights are exp((logit - max) / T) in f32 as the host computes them up to rounding, tallied in
+// fixed point (a weight is at most 1), so every sum is exact whatever order the threads add in,
+// and a row's draw repeats. A row that judges a draft (speculative decoding) applies the lossless
+// rule of accept_drafts() the same way, over the drafter's row and its own.
+//
+// Only the CUDA built-ins and the C library, so that a host emulation of the built-ins runs it
+// too (tests/ops/sampling_emulation_test.cc).
+#pragma once
+
+#include <cfloat>
+#include <climits>
+#include <cmath>
+#include <cstdint>
+
+#include "ops/sampling_row.h"
+
+namespace pagoda::cuda::sampling {
+
+constexpr int kThreads = 1024;
+constexpr int kWarps = kThreads / 32;
+constexpr int kBins = kThreads;        // a bin per thread when the histogram is scanned
+constexpr int kCandidates = kThreads;  // a token per thread when a gathered set is scanned
+constexpr int kDigitBits = 10;         // a radix digit narrowing a set: kBins values
+static_assert(kBins == 1 << kDigitBits);
+
+// The running argmax of part of a row, and Σ exp(logit - value) over that part.
+struct Best {
+  float value;
+  int index;
+  float sum;
+};
+
+// The larger value; on a tie the lower index, as the host sampler chooses. The sums meet at the
+// larger value.
+__device__ __forceinline__ Best better(Best a, Best b) {
+  const bool b_wins = b.value > a.value || (b.value == a.value && b.index < a.index);
+  const Best top = b_wins ? b : a;
+  const Best other = b_wins ? a : b;
+  return {top.value, top.index, top.sum + other.sum * expf(other.value - top.value)};
+}
+
+__device__ __forceinline__ Best warp_best(Best best) {
+  for (int offset = 16; offset > 0; offset /= 2) {
+    const Best other{__shfl_xor_sync(0xffffffffu, best.value, offset),
+                     __shfl_xor_sync(0xffffffffu, best.index, offset),
+                     __shfl_xor_sync(0xffffffffu, best.sum, offset)};
+    best = better(best, other);
+  }
+  return best;
+}
+
+// A token's place in the sorted order: ascending keys put larger logits first, equal logits (-0
+// and +0 too) by the lower id.
+__device__ __forceinline__ uint64_t sort_key(float logit, int id) {
+  const uint32_t bits = __float_as_uint(logit == 0.0f ? 0.0f : logit);
+  const uint32_t ascending = (bits & 0x80000000u) ? ~bits : bits | 0x80000000u;
+  return (static_cast<uint64_t>(~ascending) << 32) | static_cast<uint32_t>(id);
+}
+
+__device__ __forceinline__ int id_of(uint64_t key) {
+  return static_cast<int>(static_cast<uint32_t>(key));
+}
+
+__device__ __forceinline__ float logit_of(uint64_t key) {
+  const uint32_t ascending = ~static_cast<uint32_t>(key >> 32);
+  return __uint_as_float((ascending & 0x80000000u) ? ascending & 0x7fffffffu : ~ascending);
+}
+
+// A set of a row's tokens: those of one bin whose sort keys begin with `prefix`, `level` digits
+// long.
+struct Set {
+  const float* logits;
+  int bin;
+  int level;
+  uint64_t prefix;
+
+  __device__ bool operator==(const Set& other) const {
+    return logits == other.logits && bin == other.bin && level == other.level &&
+           prefix == other.prefix;
+  }
+  __device__ bool holds(uint64_t key) const {
+    return level == 0 || key >> (64 - kDigitBits * level) == prefix;
+  }
+  // The key's digit after the prefix.
+  __device__ int digit(uint64_t key) const {
+    return static_cast<int>((key << (kDigitBits * level)) >> (64 - kDigitBits));
+  }
+};
+
+struct Shared {
+  Best bests[kWarps];
+  uint64_t scratch[kWarps];  // block reductions and scans, of values of up to 8 bytes
+  uint64_t below;
+  int first;
+  int gathered;
+  // The row's histogram: tokens and their fixed-point weight per bin.
+  int bin_count[kBins];
+  uint64_t bin_weight[kBins];
+  // A narrower one: a set's tokens by their next digit, or a residual's weight per bin.
+  int digit_count[kBins];
+  uint64_t digit_weight[kBins];
+  // The tokens of one set, sorted, and which set that is.
+  uint64_t keys[kCandidates];
+  Set sorted;
+  int sorted_count;
+};
+
+// The block's reduction of v by `op`, returned to every thread.
+template <typename T, typename Op>
+__device__ T block_reduce(T v, Shared& sh, Op op) {
+  static_assert(sizeof(T) <= sizeof(uint64_t));
+  T* scratch = reinterpret_cast<T*>(sh.scratch);
+  for (int offset = 16; offset > 0; offset /= 2)
+    v = op(v, __shfl_xor_sync(0xffffffffu, v, offset));
+  __syncthreads();  // scratch may still be read by a previous call
+  if (threadIdx.x % 32 == 0) scratch[threadIdx.x / 32] = v;
+  __syncthreads();
+  T out = scratch[0];
+  for (int w = 1; w < kWarps; ++w)
+    out = op(out, scratch[w]);
+  return out;
+}
+
+template <typename T>
+__device__ T block_sum(T v, Shared& sh) {
+  return block_reduce(v, sh, [](T a, T b) { return a + b; });
+}
+
+// The first thread t at which base + Σ_{s ≤ t} v_s passes `target` (reaches it when `inclusive`),
+// with Σ_{s < t} v_s in *below; kThreads and the block's sum when none does.
+__device__ inline int first_passing(uint64_t v, uint64_t base, double target, bool inclusive,
+                                    Shared& sh, uint64_t* below) {
+  const int lane = threadIdx.x % 32;
+  const int warp = threadIdx.x / 32;
+  uint64_t inclusive_sum = v;
+  for (int offset = 1; offset < 32; offset *= 2) {
+    const uint64_t other = __shfl_up_sync(0xffffffffu, inclusive_sum, offset);
+    if (lane >= offset) inclusive_sum += other;
+  }
+  uint64_t* totals = sh.scratch;
+  __syncthreads();  // the scratch may still be read by a previous call
+  if (lane == 31) totals[warp] = inclusive_sum;
+  if (threadIdx.x == 0) sh.first = kThreads;
+  __syncthreads();
+  uint64_t earlier = 0, total = 0;
+  for (int w = 0; w < kWarps; ++w) {
+    if (w < warp) earlier += totals[w];
+    total += totals[w];
+  }
+  const uint64_t before = earlier + inclusive_sum - v;
+  const double running = static_cast<double>(base + before + v);
+  const unsigned hits =
+      __ballot_sync(0xffffffffu, inclusive ? running >= target : running > target);
+  if (hits != 0 && lane == 0) atomicMin(&sh.first, threadIdx.x + __ffs(hits) - 1);
+  __syncthreads();
+  const int first = sh.first;
+  if (static_cast<int>(threadIdx.x) == first) sh.below = before;
+  __syncthreads();
+  *below = first < kThreads ? sh.below : total;
+  return first;
+}
+
+// A row of logits at a temperature: the weights sample_token() gives its tokens (up to rounding),
+// in f32 and as fixed-point tallies, and the row's bins.
+struct RowView {
+  const float* logits;
+  int vocab;
+  float max;
+  float inverse_temperature;
+  float scale;  // bins per unit of (max - logit)
+  float fixed;  // a weight of 1 as a tally: 2^(63 - bit width of vocab), so no sum overflows
+
+  __device__ float weight(float logit) const { return expf((logit - max) * inverse_temperature); }
+  __device__ uint64_t tally(double weight) const { return __double2ull_rz(weight * fixed); }
+  __device__ double untally(uint64_t tally) const { return static_cast<double>(tally) / fixed; }
+  // Larger logits in lower bins; impossible tokens (and NaN) in the last.
+  __device__ int bin(float logit) const {
+    if (!(logit > -INFINITY)) return kBins - 1;
+    const float at = (max - logit) * scale;
+    return at < kBins - 2 ? static_cast<int>(at) : kBins - 2;
+  }
+};
+
+// One pass over a row: its argmax and the log-sum-exp of its raw logits, and the view of it at a
+// temperature.
+struct RowStats {
+  Best best;
+  RowView view;
+};
+
+__device__ inline RowStats row_stats(const float* logits, int vocab, double temperature,
+                                     Shared& sh) {
+  Best best{-FLT_MAX, INT_MAX, 0.0f};
+  float lowest = INFINITY;  // the smallest possible logit
+  for (int i = threadIdx.x; i < vocab; i += kThreads) {
+    const float logit = logits[i];
+    best = better(best, Best{logit, i, 1.0f});
+    if (logit > -INFINITY) lowest = fminf(lowest, logit);
+  }
+  best = warp_best(best);
+  __syncthreads();  // bests may still be read by a previous call
+  if (threadIdx.x % 32 == 0) sh.bests[threadIdx.x / 32] = best;
+  __syncthreads();
+  best = sh.bests[0];
+  for (int w = 1; w < kWarps; ++w)
+    best = better(best, sh.bests[w]);
+  if (best.index >= vocab) best.index = 0;  // no logit above -FLT_MAX: the host's pick
+  lowest = block_reduce(lowest, sh, [](float a, float b) { return fminf(a, b); });
+  const float span = best.value - lowest;
+  float scale = span > 0.0f ? (kBins - 2) / span : 0.0f;
+  if (!(scale <= FLT_MAX)) scale = 0.0f;
+  const float fixed = ldexpf(1.0f, __clzll(static_cast<long long>(vocab)) - 1);  // 2^(63 - bits)
+  return {best,
+          {logits, vocab, best.value,
+           temperature > 0.0 ? static_cast<float>(1.0 / temperature) : 0.0f, scale, fixed}};
+}
+
+// What a running tally counts: tokens, their weight, or a residual's weight (in place of theirs).
+enum class Tally { kCount, kWeight, kResidual };
+
+// Where a running tally over the sorted row passes a target: the token there (~0 when the tally
+// never does) and the weight (or residual weight) of the tokens before it.
+struct Crossing {
+  uint64_t key;
+  uint64_t before;
+};
+
+// The crossing of `target` by the running tally over the row's sorted tokens. The histogram of the
+// first level is the row's (kCount, kWeight) or already in the digit arrays (kResidual, whose
+// `residual(logit, id)` gives each token's residual tally).
+template <Tally kTally, typename Residual>
+__device__ Crossing select(const RowView& row, double target, bool inclusive, Shared& sh,
+                           Residual&& residual) {
+  const int t = threadIdx.x;
+  const auto tally = [&](float logit, int id) -> uint64_t {
+    if constexpr (kTally == Tally::kResidual) return residual(logit, id);
+    return row.tally(row.weight(logit));
+  };
+  uint64_t count_before = 0, weight_before = 0;
+  // The entry of counts/weights (a thread each) where the tally passes the target; the counts and
+  // weights before it join the tallies before.
+  const auto place = [&](uint64_t count, uint64_t weight) {
+    uint64_t below;
+    if constexpr (kTally == Tally::kCount) {
+      const int at = first_passing(count, count_before, target, inclusive, sh, &below);
+      count_before += below;
+      weight_before += block_sum(t < at ? weight : uint64_t{0}, sh);
+      return at;
+    } else {
+      const int at = first_passing(weight, weight_before, target, inclusive, sh, &below);
+      weight_before += below;
+      return at;
+    }
+  };
+  const bool row_bins = kTally != Tally::kResidual;
+  Set set{row.logits, 0, 0, 0};
+  set.bin = place(row_bins ? sh.bin_count[t] : sh.digit_count[t],
+                  row_bins ? sh.bin_weight[t] : sh.digit_weight[t]);
+  if (set.bin == kThreads) return {~uint64_t{0}, weight_before};
+  int size = row_bins ? sh.bin_count[set.bin] : sh.digit_count[set.bin];
+  // Narrow a set too large to sort on chip by the digits of its keys.
+  while (size > kCandidates && set.level < 64 / kDigitBits) {
+    __syncthreads();  // every thread has read `size` before the digit arrays are reused
+    sh.digit_count[t] = 0;
+    sh.digit_weight[t] = 0;
+    __syncthreads();
+    for (int i = t; i < row.vocab; i += kThreads) {
+      const float logit = row.logits[i];
+      if (row.bin(logit) != set.bin) continue;
+      const uint64_t key = sort_key(logit, i);
+      if (!set.holds(key)) continue;
+      const int d = set.digit(key);
+      atomicAdd(&sh.digit_count[d], 1);
+      atomicAdd(reinterpret_cast<unsigned long long*>(&sh.digit_weight[d]),
+                static_cast<unsigned long long>(tally(logit, i)));
+    }
+    __syncthreads();
+    const int d = place(sh.digit_count[t], sh.digit_weight[t]);
+    if (d == kThreads) return {~uint64_t{0}, weight_before};
+    size = sh.digit_count[d];
+    set.prefix = (set.prefix << kDigitBits) | d;
+    ++set.level;
+  }
+  // Gather the set's tokens and sort them, unless they are the set sorted last.
+  if (!(set == sh.sorted)) {
+    __syncthreads();  // every thread has read sh.sorted
+    if (t == 0) sh.gathered = 0;
+    __syncthreads();
+    const int lane = t % 32;
+    for (int start = 0; start < row.vocab; start += kThreads) {  // whole warps, for the ballot
+      const int i = start + t;
+      const float logit = i < row.vocab ? row.logits[i] : 0.0f;
+      const uint64_t key = sort_key(logit, i);
+      const bool member = i < row.vocab && row.bin(logit) == set.bin && set.holds(key);
+      // A warp's members take consecutive slots: one atomic a warp.
+      const unsigned members = __ballot_sync(0xffffffffu, member);
+      if (members == 0) continue;
+      const int leader = __ffs(members) - 1;
+      int first = 0;
+      if (lane == leader) first = atomicAdd(&sh.gathered, __popc(members));
+      first = __shfl_sync(0xffffffffu, first, leader);
+      const int slot = first + __popc(members & ((1u << lane) - 1));
+      if (member && slot < kCandidates) sh.keys[slot] = key;
+    }
+    __syncthreads();
+    const int n = sh.gathered < kCandidates ? sh.gathered : kCandidates;
+    const int width = n <= 1 ? 1 : 1 << (32 - __clz(n - 1));
+    if (t >= n && t < width) sh.keys[t] = ~uint64_t{0};
+    __syncthreads();
+    for (int k = 2; k <= width; k *= 2) {
+      for (int j = k / 2; j > 0; j /= 2) {
+        const int partner = t ^ j;
+        if (t < width && partner > t) {
+          const uint64_t a = sh.keys[t];
+          const uint64_t b = sh.keys[partner];
+          if ((a > b) == ((t & k) == 0)) {
+            sh.keys[t] = b;
+            sh.keys[partner] = a;
+          }
+        }
+        __syncthreads();
+      }
+    }
+    if (t == 0) {
+      sh.sorted = set;
+      sh.sorted_count = n;
+    }
+    __syncthreads();
+  }
+  const int n = sh.sorted_count;
+  const uint64_t key = t < n ? sh.keys[t] : ~uint64_t{0};
+  const uint64_t weight = t < n ? tally(logit_of(key), id_of(key)) : 0;
+  const int at = place(t < n ? 1 : 0, weight);
+  return {at < n ? sh.keys[at] : ~uint64_t{0}, weight_before};
+}
+
+// Tokens and weights of the row per bin, and how many tokens are at least min_p times as likely
+// as the most likely (whose weight is 1). Also the last token in sorted order.
+struct RowHistogram {
+  int likely;
+  uint64_t total;  // the row's weight, as a tally
+  uint64_t last;
+};
+
+__device__ inline RowHistogram histogram(const RowView& row, double min_p, Shared& sh) {
+  const int t = threadIdx.x;
+  __syncthreads();  // the arrays may still be read
+  sh.bin_count[t] = 0;
+  sh.bin_weight[t] = 0;
+  __syncthreads();
+  int likely = 0;
+  uint64_t last = 0;
+  for (int start = 0; start < row.vocab; start += kThreads) {  // whole warps, for the ballot
+    const int i = start + t;
+    const bool real = i < row.vocab;
+    const float logit = real ? row.logits[i] : -INFINITY;
+    const int b = row.bin(logit);
+    // Impossible tokens (weight 0) would all meet at one bin: a warp counts them at once.
+    const unsigned impossible = __ballot_sync(0xffffffffu, real && b == kBins - 1);
+    if (impossible != 0 && t % 32 == __ffs(impossible) - 1)
+      atomicAdd(&sh.bin_count[kBins - 1], __popc(impossible));
+    if (!real) continue;
+    const uint64_t key = sort_key(logit, i);
+    last = key > last ? key : last;
+    const float weight = row.weight(logit);
+    likely += weight >= min_p;
+    if (b == kBins - 1) continue;
+    atomicAdd(&sh.bin_count[b], 1);
+    atomicAdd(reinterpret_cast<unsigned long long*>(&sh.bin_weight[b]),
+              static_cast<unsigned long long>(row.tally(weight)));
+  }
+  __syncthreads();
+  const uint64_t total = block_sum(sh.bin_weight[t], sh);
+  return {block_sum(likely, sh), total,
+          block_reduce(last, sh, [](uint64_t a, uint64_t b) { return a > b ? a : b; })};
+}
+
+// A row after temperature, min-p, top-k and top-p: the tokens sorting up to `last` stay, holding
+// `mass` of weight (`mass_tally` as a tally).
+struct Filtered {
+  RowView row;
+  uint64_t last;
+  uint64_t mass_tally;
+  double mass;
+
+  __device__ bool keeps(float logit, int id) const { return sort_key(logit, id) <= last; }
+  // The filtered probability of token `id`, whose logit is `logit`.
+  __device__ double probability(float logit, int id) const {
+    return keeps(logit, id) ? row.weight(logit) / mass : 0.0;
+  }
+  // The token the draw `uniform` falls on, walking the kept tokens in order (the last kept one
+  // when rounding leaves the draw past them all).
+  __device__ int draw(double uniform, Shared& sh) const {
+    const auto none = [](float, int) { return uint64_t{0}; };
+    const Crossing at =
+        select<Tally::kWeight>(row, uniform * static_cast<double>(mass_tally), false, sh, none);
+    return id_of(at.key <= last ? at.key : last);
+  }
+};
+
+// `row` filtered by `params`, as filter_distribution() does. Leaves the row's histogram in `sh`.
+__device__ inline Filtered filter_row(const RowView& row, const SamplingRow& params, Shared& sh) {
+  const RowHistogram h = histogram(row, params.min_p, sh);
+  int64_t keep = row.vocab;
+  if (params.min_p > 0.0) keep = h.likely > 0 ? h.likely : 1;
+  if (params.top_k > 0 && params.top_k < keep) keep = params.top_k;
+  uint64_t last = h.last;
+  uint64_t mass = h.total;
+  const auto none = [](float, int) { return uint64_t{0}; };
+  const auto through = [&](const Crossing& at) {
+    return at.before + row.tally(row.weight(logit_of(at.key)));
+  };
+  if (keep < row.vocab) {
+    const Crossing at = select<Tally::kCount>(row, static_cast<double>(keep), true, sh, none);
+    if (at.key < last) {
+      last = at.key;
+      mass = through(at);
+    }
+  }
+  if (params.top_p < 1.0) {
+    const Crossing at =
+        select<Tally::kWeight>(row, params.top_p * static_cast<double>(mass), true, sh, none);
+    if (at.key < last) {
+      last = at.key;
+      mass = through(at);
+    }
+  }
+  return {row, last, mass, row.untally(mass)};
+}
+
+// The token that replaces a rejected draft: a draw from max(0, p - q) normalised, over p's kept
+// tokens in p's order; p itself where q covers p everywhere (as draw_residual() on the host).
+__device__ inline int draw_residual(const Filtered& p, const Filtered& q, const float* q_logits,
+                                    double uniform, Shared& sh) {
+  const RowView& row = p.row;
+  const auto residual = [&](float logit, int id) -> uint64_t {
+    if (!p.keeps(logit, id)) return 0;
+    return row.tally(fmax(0.0, row.weight(logit) / p.mass - q.probability(q_logits[id], id)));
+  };
+  // The residual's weight per bin of p's row (whose tokens per bin are p's histogram's), its
+  // total, and its last token.
+  const int t = threadIdx.x;
+  __syncthreads();
+  sh.digit_count[t] = sh.bin_count[t];
+  sh.digit_weight[t] = 0;
+  __syncthreads();
+  uint64_t last = 0;
+  for (int i = t; i < row.vocab; i += kThreads) {
+    const float logit = row.logits[i];
+    const uint64_t r = residual(logit, i);
+    if (r == 0) continue;
+    const uint64_t key = sort_key(logit, i);
+    last = key > last ? key : last;
+    atomicAdd(reinterpret_cast<unsigned long long*>(&sh.digit_weight[row.bin(logit)]),
+              static_cast<unsigned long long>(r));
+  }
+  __syncthreads();
+  const uint64_t total = block_sum(sh.digit_weight[t], sh);
+  last = block_reduce(last, sh, [](uint64_t a, uint64_t b) { return a > b ? a : b; });
+  if (total == 0) return p.draw(uniform, sh);
+  const Crossing at =
+      select<Tally::kResidual>(row, uniform * static_cast<double>(total), false, sh, residual);
+  return id_of(at.key <= last ? at.key : last);
+}
+
+// Row `row_index` of logits [rows, vocab] sampled with rows[row_index] (greedy when rows is
+// null) by a CTA of kThreads threads: the token to out_ids, its log-probability under the raw
+// logits to out_logprobs and, for a row judging a draft, whether it keeps it to out_kept.
+// draft_logits [drafts, vocab] holds the drafter's rows that sampling rows judge against.
+__device__ inline void sample_row(unsigned row_index, const float* logits, int vocab,
+                                  const SamplingRow* rows, const float* draft_logits,
+                                  int32_t* out_ids, float* out_logprobs, int32_t* out_kept,
+                                  Shared& sh) {
+  if (threadIdx.x == 0) sh.sorted = Set{nullptr, -1, 0, 0};
+  const SamplingRow params = rows != nullptr ? rows[row_index] : SamplingRow{};
+  const float* row = logits + static_cast<int64_t>(row_index) * vocab;
+
+  // The argmax, and the log-sum-exp of the raw logits for the token's log-probability, in one
+  // pass over the row.
+  const RowStats stats = row_stats(row, vocab, params.temperature, sh);
+  const float log_total = stats.best.value + logf(stats.best.sum);
+
+  // A greedy row keeps its draft when it is the argmax, and gives the argmax either way.
+  int token = stats.best.index;
+  bool keeps = params.draft >= 0 && token == params.draft;
+  if (params.temperature > 0.0) {
+    if (params.draft < 0) {
+      token = filter_row(stats.view, params, sh).draw(params.uniform, sh);
+    } else {
+      // The lossless rule: keep the draft with probability min(1, p/q), else draw from the
+      // residual. q first, so p's histogram stays for a draw from p.
+      const float* q_logits = draft_logits + params.draft_row * vocab;
+      const Filtered q =
+          filter_row(row_stats(q_logits, vocab, params.temperature, sh).view, params, sh);
+      const Filtered p = filter_row(stats.view, params, sh);
+      const double p_draft = p.probability(row[params.draft], params.draft);
+      const double q_draft = q.probability(q_logits[params.draft], params.draft);
+      keeps = q_draft > 0.0 && params.judge * q_draft < p_draft;
+      token = keeps ? params.draft : draw_residual(p, q, q_logits, params.uniform, sh);
+    }
+  }
+  if (threadIdx.x == 0) {
+    out_ids[row_index] = token;
+    out_logprobs[row_index] = row[token] - log_total;
+    if (out_kept != nullptr) out_kept[row_index] = keeps ? 1 : 0;
+  }
+}
+
+}  // namespace pagoda::cuda::sampling
