@@ -9,7 +9,10 @@
 #           Llama-3-8B shape (dummy weights) verifying K = 1..4 drafts of a Llama-3.2-1B-shaped
 #           draft model against a plain decode step, batch 1 and 16; the Gemma-4-E4B-shaped
 #           assistant's drafting time on the E4B shape, K = 3.
-# Usage: bash tools/gpu_spec_check.sh [checks|kjv|bench|all] [BUILD_DIR]   (default all,
+#   profile: (not in all) the kernels of Llama-3-8B-shaped batch-1 verify steps of K = 3 and 4
+#           drafts, each kernel's time under ncu (graph nodes one by one), side by side
+#           (tools/ncu_kernels.py): where the K = 4 step's extra time goes.
+# Usage: bash tools/gpu_spec_check.sh [checks|kjv|bench|profile|all] [BUILD_DIR]   (default all,
 # build/release, built first when missing). Logs and JSON reports go to $GPU_CHECK_OUT (default
 # build/gpu-spec-check).
 set -uo pipefail
@@ -71,24 +74,38 @@ out = pathlib.Path(sys.argv[1])
 def report(name):
     lines = (out / f"{name}.log").read_text().strip().splitlines()
     return json.loads(lines[-1]) if lines else None
-print("| run | decode step (ms) | drafting (ms) | verifying (ms) | verify / plain step |")
+print("| run | decode step (ms): mean, median, p99 | drafting (ms) | verifying (ms) | verify / plain step |")
 print("|---|---|---|---|---|")
+def steps(r):
+    s = r["decode_step_ms"]
+    return f"{s['mean']:.3f}, {s['median']:.3f}, {s['p99']:.3f}"
 for plain, runs in [(f"verify_llama_b{b}_k0", [f"verify_llama_b{b}_k{k}" for k in (1, 2, 3, 4)])
                     for b in (1, 16)] + [("draft_e4b_k0", ["draft_e4b_k3"])]:
     base = report(plain)
     if base is None:
         continue
     step = base["decode_step_ms"]["mean"]
-    print(f"| {plain} | {step:.3f} | - | - | - |")
+    print(f"| {plain} | {steps(base)} | - | - | - |")
     for run in runs:
         r = report(run)
         if r is None:
             continue
         spec = r["speculative"]
-        print(f"| {run} | {r['decode_step_ms']['mean']:.3f} | "
+        print(f"| {run} | {steps(r)} | "
               f"{spec['draft_ms_per_decode_step']:.3f} | {spec['verify_ms_per_decode_step']:.3f} | "
               f"{spec['verify_ms_per_decode_step'] / step:.3f} |")
 EOF
+fi
+
+if [ "$part" = profile ]; then
+  common=(--model bench/configs/llama-3-8b --load-format dummy --device cuda --max-model-len 4096
+    --input-len 512 --output-len 8 --num-iters 1 --warmup-iters 0 --batch-size 1)
+  for k in 3 4; do
+    step_tail=0 step "profile_k$k" ncu --clock-control none --metrics gpu__time_duration.sum --csv --page raw \
+      --print-units base "$pagoda" bench "${common[@]}" --speculative-config \
+      "{\"model\": \"bench/configs/llama-3.2-1b\", \"num_speculative_tokens\": $k}"
+  done
+  python3 tools/ncu_kernels.py "$out/profile_k3.log" "$out/profile_k4.log"
 fi
 
 step_summary
