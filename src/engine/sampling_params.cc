@@ -98,6 +98,18 @@ void SamplingParams::validate(int64_t vocab_size) const {
       fail("stop token id {} is outside the vocabulary of {}", id, vocab_size);
     }
   }
+  check_stop(stop);
+}
+
+void SamplingParams::check_stop(std::span<const std::string> stop) {
+  if (stop.size() > kMaxStopStrings) {
+    fail("stop has {} strings; at most {} are allowed", stop.size(), kMaxStopStrings);
+  }
+  for (const std::string& s : stop) {
+    if (s.size() > kMaxStopBytes) {
+      fail("a stop string is {} bytes long; at most {} are allowed", s.size(), kMaxStopBytes);
+    }
+  }
 }
 
 SamplingParams read_sampling_params(const Json& object, SamplingParams params,

@@ -61,17 +61,23 @@ void read_prompts(const Json& prompt, const Tokenizer& tokenizer, int64_t max_pr
 }
 
 std::vector<std::string> read_stop(const Json& value) {
-  if (value.is_null()) return {};
-  if (value.is_string()) return {value.get<std::string>()};
   std::vector<std::string> stop;
-  if (value.is_array()) {
+  if (value.is_string()) {
+    stop.push_back(value.get<std::string>());
+  } else if (value.is_array()) {
     for (const Json& item : value) {
       if (!item.is_string()) bad("stop", "'stop' must be a string or a list of strings");
       stop.push_back(item.get<std::string>());
     }
-    return stop;
+  } else if (!value.is_null()) {
+    bad("stop", "'stop' must be a string or a list of strings");
   }
-  bad("stop", "'stop' must be a string or a list of strings");
+  try {
+    SamplingParams::check_stop(stop);
+  } catch (const Error& error) {
+    bad("stop", error.what());
+  }
+  return stop;
 }
 
 // The request fields that are not sampling parameters: read here, or (user) accepted and unused.

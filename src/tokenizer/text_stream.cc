@@ -7,15 +7,35 @@ namespace pagoda {
 TextStream::TextStream(const Tokenizer& tokenizer, std::vector<std::string> stop_strings)
     : detokenizer_(tokenizer, {.skip_special_tokens = true}) {
   for (std::string& stop : stop_strings) {
-    if (!stop.empty()) stop_strings_.push_back(std::move(stop));
+    if (stop.empty()) continue;
+    Matcher matcher{std::move(stop), {}, 0};
+    const std::string& text = matcher.text;
+    matcher.fallback.assign(text.size(), 0);
+    for (size_t i = 1, length = 0; i < text.size(); ++i) {
+      while (length > 0 && text[i] != text[length])
+        length = matcher.fallback[length - 1];
+      if (text[i] == text[length]) ++length;
+      matcher.fallback[i] = length;
+    }
+    matchers_.push_back(std::move(matcher));
   }
 }
 
-size_t TextStream::first_stop(std::string_view text) const {
-  size_t first = std::string::npos;
-  for (const std::string& stop : stop_strings_)
-    first = std::min(first, text.find(stop));
-  return first;
+std::pair<size_t, size_t> TextStream::feed(std::string_view bytes) {
+  for (size_t i = 0; i < bytes.size(); ++i) {
+    size_t completed = 0;
+    for (Matcher& m : matchers_) {
+      while (m.matched > 0 && bytes[i] != m.text[m.matched])
+        m.matched = m.fallback[m.matched - 1];
+      if (bytes[i] == m.text[m.matched]) ++m.matched;
+      if (m.matched == m.text.size()) {
+        completed = std::max(completed, m.matched);
+        m.matched = m.fallback[m.matched - 1];
+      }
+    }
+    if (completed > 0) return {i + 1, completed};
+  }
+  return {std::string_view::npos, 0};
 }
 
 std::string TextStream::release(std::string text) {
@@ -26,23 +46,19 @@ std::string TextStream::release(std::string text) {
 TextStream::Added TextStream::add(std::span<const int32_t> ids) {
   if (stopped_) return {};
   for (size_t taken = 1; taken <= ids.size(); ++taken) {
-    held_ += detokenizer_.add(ids.subspan(taken - 1, 1));
-    // The earliest stop string ends the text there.
-    if (const size_t first = first_stop(held_); first != std::string::npos) {
+    const std::string piece = detokenizer_.add(ids.subspan(taken - 1, 1));
+    const auto [end, length] = feed(piece);
+    held_ += piece;
+    if (end != std::string_view::npos) {
+      // The stop string lies in the held-back text and this piece: nothing before it was sent.
       stopped_ = true;
-      return {release(held_.substr(0, first)), taken};
+      return {release(held_.substr(0, held_.size() - piece.size() + end - length)), taken};
     }
   }
   // Hold back the longest tail that begins some stop string.
   size_t keep = 0;
-  for (const std::string& stop : stop_strings_) {
-    for (size_t length = std::min(stop.size() - 1, held_.size()); length > keep; --length) {
-      if (held_.compare(held_.size() - length, length, stop, 0, length) == 0) {
-        keep = length;
-        break;
-      }
-    }
-  }
+  for (const Matcher& m : matchers_)
+    keep = std::max(keep, m.matched);
   std::string ready = held_.substr(0, held_.size() - keep);
   held_.erase(0, held_.size() - keep);
   return {release(std::move(ready)), ids.size()};
@@ -50,11 +66,13 @@ TextStream::Added TextStream::add(std::span<const int32_t> ids) {
 
 std::string TextStream::finish() {
   if (stopped_) return "";
-  std::string rest = held_ + detokenizer_.finish();
+  const std::string piece = detokenizer_.finish();
+  const auto [end, length] = feed(piece);
+  std::string rest = held_ + piece;
   held_.clear();
-  if (const size_t first = first_stop(rest); first != std::string::npos) {
+  if (end != std::string_view::npos) {
     stopped_ = true;
-    rest.resize(first);
+    rest.resize(rest.size() - piece.size() + end - length);
   }
   return release(std::move(rest));
 }

@@ -1,6 +1,8 @@
 // One choice's output text as it streams: tokens are detokenized incrementally and checked for
 // stop strings across token boundaries. Text that could still turn out to be the start of a stop
-// string is held back, so a stop string never reaches the client.
+// string is held back, so a stop string never reaches the client. Each stop string is matched by a
+// prefix automaton (Knuth-Morris-Pratt) fed each new byte once, so a step costs the stop strings'
+// count times its new bytes, whatever their lengths.
 #pragma once
 
 #include <span>
@@ -25,7 +27,8 @@ class TextStream {
   };
   // Adds generated tokens, one at a time. After a stop string appears, stopped() is true, the
   // returned text ends just before it, the tokens after the one that completed it are not taken,
-  // and later calls take nothing.
+  // and later calls take nothing. Of stop strings that overlap, the one that ends first counts (of
+  // those ending at the same byte, the longest).
   Added add(std::span<const int32_t> ids);
   // The end of generation: the text still held back.
   std::string finish();
@@ -34,11 +37,21 @@ class TextStream {
   const std::string& text() const { return text_; }
 
  private:
-  size_t first_stop(std::string_view text) const;  // npos when no stop string occurs
-  std::string release(std::string text);           // records returned text
+  // One stop string's automaton: `matched` is the length of the longest prefix of `text` that ends
+  // the bytes fed so far; `fallback[i]` the longest proper prefix of text[0, i] that is also its
+  // suffix.
+  struct Matcher {
+    std::string text;
+    std::vector<size_t> fallback;
+    size_t matched = 0;
+  };
+  // Feeds `bytes` to every matcher, and returns the offset in `bytes` just past the first byte
+  // that completes a stop string, with that stop string's length; npos when none completes.
+  std::pair<size_t, size_t> feed(std::string_view bytes);
+  std::string release(std::string text);  // records returned text
 
   IncrementalDetokenizer detokenizer_;
-  std::vector<std::string> stop_strings_;
+  std::vector<Matcher> matchers_;
   std::string held_;  // decoded, not yet returned
   std::string text_;
   bool stopped_ = false;

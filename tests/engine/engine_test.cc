@@ -355,6 +355,10 @@ TEST(EngineTest, RejectsBadRequests) {
   many_logprobs.params.logprobs = 21;
   GenerationRequest many_prompt_logprobs = greedy({1});
   many_prompt_logprobs.params.prompt_logprobs = 1000000;
+  GenerationRequest many_stops = greedy({1});
+  many_stops.params.stop.assign(65, "x");
+  GenerationRequest long_stop = greedy({1});
+  long_stop.params.stop = {std::string(1025, 'x')};
   const std::vector<std::pair<GenerationRequest, std::string>> cases = {
       {greedy({}), "empty prompt"},
       {greedy({1, 256}), "token id 256"},
@@ -365,6 +369,8 @@ TEST(EngineTest, RejectsBadRequests) {
       {many_logprobs, "logprobs is 21; it must be in [0, 20]"},
       {many_prompt_logprobs, "prompt_logprobs is 1000000; it must be in [0, 20]"},
       {bad_top_p, "request 0: top_p is 2"},
+      {many_stops, "stop has 65 strings; at most 64"},
+      {long_stop, "a stop string is 1025 bytes long; at most 1024"},
   };
   for (const auto& [request, message] : cases) {
     try {

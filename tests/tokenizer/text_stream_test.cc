@@ -2,6 +2,11 @@
 
 #include <gtest/gtest.h>
 
+#include <random>
+#include <span>
+
+#include "engine/sampling_params.h"
+
 namespace pagoda {
 namespace {
 
@@ -89,6 +94,96 @@ TEST(TextStreamTest, MultiByteCharactersAndNoStops) {
   auto [stopped_pieces, did_stop] = stream("héllo 🤗 wörld", {"🤗"});
   EXPECT_TRUE(did_stop);
   EXPECT_EQ(joined(stopped_pieces), "héllo ");
+}
+
+// Stop strings whose prefixes recur in themselves ("aab" after "aaab", "abac" after "ababac"):
+// the match resumes from the longest prefix that still ends the text.
+TEST(TextStreamTest, StopStringsWithRepeatedPrefixes) {
+  EXPECT_EQ(joined(stream("xaaab", {"aab"}).first), "xa");
+  EXPECT_EQ(joined(stream("ababac", {"abac"}).first), "ab");
+  EXPECT_EQ(joined(stream("abababx", {"ababx"}).first), "ab");
+  const auto [pieces, stopped] = stream("abaabab", {"abab"});
+  EXPECT_TRUE(stopped);
+  EXPECT_EQ(joined(pieces), "aba");
+}
+
+// Random texts over a small alphabet (with a two-byte character, which is one piece of text),
+// random stop strings and random groups of tokens per add(): the text ends where a first scan of
+// the whole text finds the earliest-ending stop string (the longest of those ending there), and
+// add() takes the tokens up to the one that completes it.
+TEST(TextStreamTest, MatchesAScanOfTheWholeText) {
+  const Tokenizer tokenizer = Tokenizer::load(fixture("byte-tokenizer"));
+  std::mt19937 rng(7);
+  const std::vector<std::string> alphabet = {"a", "b", "\xC3\xA9"};
+  const auto random_text = [&](size_t pieces) {
+    std::string text;
+    for (size_t i = 0; i < pieces; ++i)
+      text += alphabet[rng() % alphabet.size()];
+    return text;
+  };
+  for (int trial = 0; trial < 2000; ++trial) {
+    const std::string text = random_text(1 + rng() % 24);
+    std::vector<std::string> stops;
+    for (size_t s = rng() % 4; s > 0; --s)
+      stops.push_back(random_text(1 + rng() % 4));
+    // The scan: the first end, in bytes, of any stop string, and the longest ending there.
+    size_t end = std::string::npos;
+    size_t length = 0;
+    for (size_t e = 1; e <= text.size() && end == std::string::npos; ++e) {
+      for (const std::string& stop : stops) {
+        if (stop.size() <= e && text.compare(e - stop.size(), stop.size(), stop) == 0) {
+          end = e;
+          length = std::max(length, stop.size());
+        }
+      }
+    }
+    TextStream out(tokenizer, stops);
+    const std::vector<int32_t> ids = bytes(text);
+    size_t taken = 0;
+    for (size_t i = 0; i < ids.size() && !out.stopped();) {
+      const size_t group = std::min<size_t>(1 + rng() % 4, ids.size() - i);
+      const TextStream::Added added = out.add(std::span<const int32_t>(ids).subspan(i, group));
+      taken += added.tokens;
+      i += group;
+    }
+    if (!out.stopped()) out.finish();
+    const std::string context = "text '" + text + "', trial " + std::to_string(trial);
+    if (end == std::string::npos) {
+      EXPECT_FALSE(out.stopped()) << context;
+      EXPECT_EQ(out.text(), text) << context;
+      EXPECT_EQ(taken, ids.size()) << context;
+    } else {
+      EXPECT_TRUE(out.stopped()) << context;
+      EXPECT_EQ(out.text(), text.substr(0, end - length)) << context;
+      EXPECT_EQ(taken, end) << context;  // byte tokens: the stop's last byte is token end - 1
+    }
+  }
+}
+
+// Many long stop strings that almost match a long repetitive output: each byte is fed once to
+// each automaton, where searching the held-back text for every stop string at every token took
+// 100 times as long here (7.6 s).
+TEST(TextStreamTest, LongStopStringsOverALongOutput) {
+  const Tokenizer tokenizer = Tokenizer::load(fixture("byte-tokenizer"));
+  std::vector<std::string> stops;
+  for (size_t s = 0; s < SamplingParams::kMaxStopStrings; ++s)
+    stops.push_back(std::string(SamplingParams::kMaxStopBytes - 1 - s, 'a') + "b");
+  TextStream out(tokenizer, stops);
+  const std::string text(100000, 'a');
+  for (const int32_t id : bytes(text))
+    out.add(std::vector<int32_t>{id});
+  EXPECT_FALSE(out.stopped());
+  // All but the longest tail that could begin a stop string was sent; finish() sends that.
+  EXPECT_EQ(out.text().size(), text.size() - (SamplingParams::kMaxStopBytes - 1));
+  out.finish();
+  EXPECT_EQ(out.text(), text);
+  const std::vector<int32_t> end = bytes("b");
+  TextStream stopped(tokenizer, stops);
+  for (const int32_t id : bytes(text))
+    stopped.add(std::vector<int32_t>{id});
+  EXPECT_EQ(stopped.add(end).tokens, 1u);
+  EXPECT_TRUE(stopped.stopped());
+  EXPECT_EQ(stopped.text().size(), text.size() - (SamplingParams::kMaxStopBytes - 1));
 }
 
 }  // namespace
