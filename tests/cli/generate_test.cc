@@ -456,6 +456,32 @@ TEST(GenerateCliTest, CheckWeightsRefusesNaN) {
   }
 }
 
+// A NaN in MiMo's router (its correction bias here) ranks that expert last, exactly as a bias of
+// -infinity does: the two checkpoints generate the same tokens. Before, the routing sorts ran with
+// a comparator that was no ordering.
+TEST(GenerateCliTest, MiMoRouterNaNRanksLast) {
+  const std::string fixture = std::string(PAGODA_SOURCE_DIR) + "/tests/fixtures/mimo-tiny";
+  const std::string bias = "model.layers.1.mlp.gate.e_score_correction_bias";
+  std::vector<std::string> outputs;
+  for (const uint32_t bits : {0x7FC00000u, 0xFF800000u}) {  // NaN, -infinity
+    const std::string dir = ::testing::TempDir() + "pagoda_router_" + std::to_string(::getpid());
+    std::system(("rm -rf " + dir + " && cp -r " + fixture + " " + dir).c_str());
+    overwrite_first_value(
+        dir, [&](const std::string& n, const std::string&) { return n == bias; },
+        [&](const std::string& dtype) {
+          EXPECT_EQ(dtype, "F32");
+          return bytes_of(bits);
+        });
+    const CliRun run =
+        run_pagoda("generate --model " + dir + " --prompt-ids 1,2,3,4,5 --max-tokens 8");
+    EXPECT_EQ(run.exit_code, 0) << run.err;
+    outputs.push_back(run.out);
+    std::system(("rm -rf " + dir).c_str());
+  }
+  EXPECT_FALSE(outputs[0].empty());
+  EXPECT_EQ(outputs[0], outputs[1]);
+}
+
 // --speculative-config: the embedded model drafts with its own assistant and prints the same text,
 // on one rank and on several; --stats counts the drafts.
 TEST(GenerateCliTest, SpeculativeDecodingPrintsTheSameText) {
