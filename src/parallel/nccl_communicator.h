@@ -34,12 +34,13 @@ std::unique_ptr<Communicator> make_nccl_communicator(const NcclId& id, int world
 // The communicators of a new group, rank r on GPU devices[r], for a process that then drives
 // each rank from a thread of its own (the engine's rank runners): every rank's initialisation
 // runs on its own thread, as they must meet, and the calling thread's current device is left as it
-// was. Throws Error when NCCL fails.
+// was. A rank that fails to join stops the others joining. Throws Error with the first failure.
 std::vector<std::unique_ptr<Communicator>> make_nccl_group(const std::vector<int>& devices);
 
 // Runs body(communicator) on a thread per GPU of `devices` (rank r on devices[r]) and waits for
-// all; rethrows the first failure by rank. A rank that fails aborts its communicator, so the
-// others' collectives return with an error instead of waiting forever.
+// all; rethrows the first failure. A rank that fails, in its initialisation or its body, aborts
+// the others' communicators, so their initialisations and collectives return with an error
+// instead of waiting forever.
 void run_nccl_ranks(const std::vector<int>& devices,
                     const std::function<void(Communicator&)>& body);
 

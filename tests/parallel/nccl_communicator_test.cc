@@ -1,9 +1,13 @@
 // NCCL communicators over every GPU of the machine (one thread per GPU): each collective against
 // the sums computed on the host, a collective captured in a CUDA graph and replayed, and a tensor
-// on the wrong device refused. Skipped without a GPU or without NCCL in the build.
+// on the wrong device refused, and a group one of whose ranks cannot join. Skipped without a GPU or
+// without NCCL in the build.
 #include "parallel/nccl_communicator.h"
 
 #include <gtest/gtest.h>
+
+#include <functional>
+#include <string>
 
 #include "core/cuda/graph.h"
 #include "ops/cpu/ops.h"
@@ -87,6 +91,32 @@ TEST(NcclCommunicatorTest, CollectivesGiveTheHostSums) {
       EXPECT_THROW(comm.all_reduce(rank_input(r, n, dtype)), Error);
     });
   }
+}
+
+// A rank that cannot join (its GPU does not exist) stops the others waiting for it in NCCL's
+// initialisation, and its own error is the one reported, not theirs.
+TEST(NcclCommunicatorTest, ARankThatCannotJoinStopsTheOthers) {
+  if (!nccl_available_in_build() || cuda_device_count() == 0) GTEST_SKIP() << "no NCCL or GPU";
+  const std::vector<int> devices = {0, cuda_device_count()};
+  const auto expect_own_error = [](const std::function<void()>& start) {
+    try {
+      start();
+      ADD_FAILURE() << "a group with a missing GPU started";
+    } catch (const Error& error) {
+      const std::string message = error.what();
+      EXPECT_NE(message.find("cudaSetDevice"), std::string::npos) << message;
+    }
+  };
+  expect_own_error([&] { make_nccl_group(devices); });
+  bool body_ran = false;
+  expect_own_error([&] { run_nccl_ranks(devices, [&](Communicator&) { body_ran = true; }); });
+  EXPECT_FALSE(body_ran);
+  // The GPU serves a group afterwards.
+  run_nccl_ranks({0}, [](Communicator& comm) {
+    const Tensor x = rank_input(0, 64, DType::kF32).to(Device::cuda(0));
+    comm.all_reduce(x);
+    EXPECT_EQ(floats(x), floats(rank_input(0, 64, DType::kF32).to(Device::cuda(0))));
+  });
 }
 
 }  // namespace
