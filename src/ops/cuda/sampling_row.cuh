@@ -33,6 +33,43 @@ constexpr int kBins = kThreads;        // a bin per thread when the histogram is
 constexpr int kCandidates = kThreads;  // a token per thread when a gathered set is scanned
 constexpr int kDigitBits = 10;         // a radix digit narrowing a set: kBins values
 static_assert(kBins == 1 << kDigitBits);
+constexpr int kPerThread = 8;  // consecutive logits a thread takes at each step of a pass
+
+// logits[0, kPerThread) into v, from a 16-byte aligned address: two vector loads, both in flight.
+__device__ __forceinline__ void load_aligned(const float* logits, float (&v)[kPerThread]) {
+#ifdef __CUDACC__
+  static_assert(kPerThread == 8);
+  const float4 a = reinterpret_cast<const float4*>(logits)[0];
+  const float4 b = reinterpret_cast<const float4*>(logits)[1];
+  v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w;
+  v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+#else
+  for (int j = 0; j < kPerThread; ++j)
+    v[j] = logits[j];
+#endif
+}
+
+// One pass over a row of `vocab` logits: body(i, logit) for the kPerThread consecutive indices a
+// thread takes at each step, loaded together (a CTA alone on a row is bound by the latency of its
+// loads, so each warp keeps a kilobyte in flight rather than 128 bytes). Every thread makes the
+// same calls, so that bodies may take whole-warp ballots: indices from `vocab` on come with a
+// logit of -infinity, and bodies skip them.
+template <typename Body>
+__device__ __forceinline__ void for_each_logit(const float* logits, int vocab, Body&& body) {
+  const bool aligned = reinterpret_cast<uintptr_t>(logits) % 16 == 0;
+  for (int start = 0; start < vocab; start += kThreads * kPerThread) {
+    const int first = start + static_cast<int>(threadIdx.x) * kPerThread;
+    float v[kPerThread];
+    if (aligned && first + kPerThread <= vocab) {
+      load_aligned(logits + first, v);
+    } else {
+      for (int j = 0; j < kPerThread; ++j)
+        v[j] = first + j < vocab ? logits[first + j] : -INFINITY;
+    }
+    for (int j = 0; j < kPerThread; ++j)
+      body(first + j, v[j]);
+  }
+}
 
 // The running argmax of part of a row, and Σ exp(logit - value) over that part.
 struct Best {
@@ -203,11 +240,11 @@ __device__ inline RowStats row_stats(const float* logits, int vocab, double temp
                                      Shared& sh) {
   Best best{-FLT_MAX, INT_MAX, 0.0f};
   float lowest = INFINITY;  // the smallest possible logit
-  for (int i = threadIdx.x; i < vocab; i += kThreads) {
-    const float logit = logits[i];
+  for_each_logit(logits, vocab, [&](int i, float logit) {
+    if (i >= vocab) return;
     best = better(best, Best{logit, i, 1.0f});
     if (logit > -INFINITY) lowest = fminf(lowest, logit);
-  }
+  });
   best = warp_best(best);
   __syncthreads();  // bests may still be read by a previous call
   if (threadIdx.x % 32 == 0) sh.bests[threadIdx.x / 32] = best;
@@ -275,16 +312,15 @@ __device__ Crossing select(const RowView& row, double target, bool inclusive, Sh
     sh.digit_count[t] = 0;
     sh.digit_weight[t] = 0;
     __syncthreads();
-    for (int i = t; i < row.vocab; i += kThreads) {
-      const float logit = row.logits[i];
-      if (row.bin(logit) != set.bin) continue;
+    for_each_logit(row.logits, row.vocab, [&](int i, float logit) {
+      if (i >= row.vocab || row.bin(logit) != set.bin) return;
       const uint64_t key = sort_key(logit, i);
-      if (!set.holds(key)) continue;
+      if (!set.holds(key)) return;
       const int d = set.digit(key);
       atomicAdd(&sh.digit_count[d], 1);
       atomicAdd(reinterpret_cast<unsigned long long*>(&sh.digit_weight[d]),
                 static_cast<unsigned long long>(tally(logit, i)));
-    }
+    });
     __syncthreads();
     const int d = place(sh.digit_count[t], sh.digit_weight[t]);
     if (d == kThreads) return {~uint64_t{0}, weight_before};
@@ -298,21 +334,19 @@ __device__ Crossing select(const RowView& row, double target, bool inclusive, Sh
     if (t == 0) sh.gathered = 0;
     __syncthreads();
     const int lane = t % 32;
-    for (int start = 0; start < row.vocab; start += kThreads) {  // whole warps, for the ballot
-      const int i = start + t;
-      const float logit = i < row.vocab ? row.logits[i] : 0.0f;
+    for_each_logit(row.logits, row.vocab, [&](int i, float logit) {
       const uint64_t key = sort_key(logit, i);
       const bool member = i < row.vocab && row.bin(logit) == set.bin && set.holds(key);
       // A warp's members take consecutive slots: one atomic a warp.
       const unsigned members = __ballot_sync(0xffffffffu, member);
-      if (members == 0) continue;
+      if (members == 0) return;
       const int leader = __ffs(members) - 1;
       int first = 0;
       if (lane == leader) first = atomicAdd(&sh.gathered, __popc(members));
       first = __shfl_sync(0xffffffffu, first, leader);
       const int slot = first + __popc(members & ((1u << lane) - 1));
       if (member && slot < kCandidates) sh.keys[slot] = key;
-    }
+    });
     __syncthreads();
     const int n = sh.gathered < kCandidates ? sh.gathered : kCandidates;
     const int width = n <= 1 ? 1 : 1 << (32 - __clz(n - 1));
@@ -361,25 +395,23 @@ __device__ inline RowHistogram histogram(const RowView& row, double min_p, Share
   __syncthreads();
   int likely = 0;
   uint64_t last = 0;
-  for (int start = 0; start < row.vocab; start += kThreads) {  // whole warps, for the ballot
-    const int i = start + t;
+  for_each_logit(row.logits, row.vocab, [&](int i, float logit) {
     const bool real = i < row.vocab;
-    const float logit = real ? row.logits[i] : -INFINITY;
     const int b = row.bin(logit);
     // Impossible tokens (weight 0) would all meet at one bin: a warp counts them at once.
     const unsigned impossible = __ballot_sync(0xffffffffu, real && b == kBins - 1);
     if (impossible != 0 && t % 32 == __ffs(impossible) - 1)
       atomicAdd(&sh.bin_count[kBins - 1], __popc(impossible));
-    if (!real) continue;
+    if (!real) return;
     const uint64_t key = sort_key(logit, i);
     last = key > last ? key : last;
     const float weight = row.weight(logit);
     likely += weight >= min_p;
-    if (b == kBins - 1) continue;
+    if (b == kBins - 1) return;
     atomicAdd(&sh.bin_count[b], 1);
     atomicAdd(reinterpret_cast<unsigned long long*>(&sh.bin_weight[b]),
               static_cast<unsigned long long>(row.tally(weight)));
-  }
+  });
   __syncthreads();
   const uint64_t total = block_sum(sh.bin_weight[t], sh);
   return {block_sum(likely, sh), total,
@@ -456,15 +488,15 @@ __device__ inline int draw_residual(const Filtered& p, const Filtered& q, const 
   sh.digit_weight[t] = 0;
   __syncthreads();
   uint64_t last = 0;
-  for (int i = t; i < row.vocab; i += kThreads) {
-    const float logit = row.logits[i];
+  for_each_logit(row.logits, row.vocab, [&](int i, float logit) {
+    if (i >= row.vocab) return;
     const uint64_t r = residual(logit, i);
-    if (r == 0) continue;
+    if (r == 0) return;
     const uint64_t key = sort_key(logit, i);
     last = key > last ? key : last;
     atomicAdd(reinterpret_cast<unsigned long long*>(&sh.digit_weight[row.bin(logit)]),
               static_cast<unsigned long long>(r));
-  }
+  });
   __syncthreads();
   const uint64_t total = block_sum(sh.digit_weight[t], sh);
   last = block_reduce(last, sh, [](uint64_t a, uint64_t b) { return a > b ? a : b; });
