@@ -10,6 +10,7 @@
 #include <random>
 
 #include "cli/engine_flags.h"
+#include "core/cuda/device_storage.h"
 #include "core/error.h"
 #include "core/units.h"
 #include "engine/engine.h"
@@ -345,8 +346,11 @@ void run_bench(const BenchOptions& options, const CLI::App& command) {
     run_iteration(engine, options, config.vocab_size, rng);
   const GenerationStats before = engine.stats();
   std::vector<IterationTimes> timed;
+  const bool gpu = !ranks.devices.front().is_cpu();
+  if (gpu) cuda::profile_range(true);  // what ncu --profile-from-start off records
   for (int64_t i = 0; i < options.num_iters; ++i)
     timed.push_back(run_iteration(engine, options, config.vocab_size, rng));
+  if (gpu) cuda::profile_range(false);
   if (engine.stats().preemptions > 0) {
     fmt::print(stderr, "warning: {} preemptions; the KV pool did not hold the whole batch\n",
                engine.stats().preemptions);

@@ -27,6 +27,10 @@ struct StridedLayout {
 
 bool available_in_build();
 int device_count();  // 0 when no device or driver is present
+// Opens (true) or closes a range a profiler started with collection off records (ncu
+// --profile-from-start off): around a benchmark's timed iterations. Nothing without CUDA or a
+// profiler.
+void profile_range(bool open);
 // The calling thread's current GPU, and setting it.
 int current_device();
 void set_current_device(int device_index);

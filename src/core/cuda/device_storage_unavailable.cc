@@ -20,6 +20,8 @@ int device_count() {
   return 0;
 }
 
+void profile_range(bool) {}
+
 int current_device() {
   no_cuda();
 }
