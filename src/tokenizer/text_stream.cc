@@ -21,21 +21,18 @@ TextStream::TextStream(const Tokenizer& tokenizer, std::vector<std::string> stop
   }
 }
 
-std::pair<size_t, size_t> TextStream::feed(std::string_view bytes) {
-  for (size_t i = 0; i < bytes.size(); ++i) {
+size_t TextStream::feed(std::string_view piece, size_t held) {
+  for (size_t i = 0; i < piece.size(); ++i) {
     size_t completed = 0;
     for (Matcher& m : matchers_) {
-      while (m.matched > 0 && bytes[i] != m.text[m.matched])
+      while (m.matched > 0 && piece[i] != m.text[m.matched])
         m.matched = m.fallback[m.matched - 1];
-      if (bytes[i] == m.text[m.matched]) ++m.matched;
-      if (m.matched == m.text.size()) {
-        completed = std::max(completed, m.matched);
-        m.matched = m.fallback[m.matched - 1];
-      }
+      if (piece[i] == m.text[m.matched]) ++m.matched;
+      if (m.matched == m.text.size()) completed = std::max(completed, m.matched);
     }
-    if (completed > 0) return {i + 1, completed};
+    if (completed > 0) return held + i + 1 - completed;
   }
-  return {std::string_view::npos, 0};
+  return std::string_view::npos;
 }
 
 std::string TextStream::release(std::string text) {
@@ -47,12 +44,12 @@ TextStream::Added TextStream::add(std::span<const int32_t> ids) {
   if (stopped_) return {};
   for (size_t taken = 1; taken <= ids.size(); ++taken) {
     const std::string piece = detokenizer_.add(ids.subspan(taken - 1, 1));
-    const auto [end, length] = feed(piece);
+    const size_t stop = feed(piece, held_.size());
     held_ += piece;
-    if (end != std::string_view::npos) {
+    if (stop != std::string_view::npos) {
       // The stop string lies in the held-back text and this piece: nothing before it was sent.
       stopped_ = true;
-      return {release(held_.substr(0, held_.size() - piece.size() + end - length)), taken};
+      return {release(held_.substr(0, stop)), taken};
     }
   }
   // Hold back the longest tail that begins some stop string.
@@ -67,12 +64,12 @@ TextStream::Added TextStream::add(std::span<const int32_t> ids) {
 std::string TextStream::finish() {
   if (stopped_) return "";
   const std::string piece = detokenizer_.finish();
-  const auto [end, length] = feed(piece);
+  const size_t stop = feed(piece, held_.size());
   std::string rest = held_ + piece;
   held_.clear();
-  if (end != std::string_view::npos) {
+  if (stop != std::string_view::npos) {
     stopped_ = true;
-    rest.resize(rest.size() - piece.size() + end - length);
+    rest.resize(stop);
   }
   return release(std::move(rest));
 }

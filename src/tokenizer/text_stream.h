@@ -45,9 +45,11 @@ class TextStream {
     std::vector<size_t> fallback;
     size_t matched = 0;
   };
-  // Feeds `bytes` to every matcher, and returns the offset in `bytes` just past the first byte
-  // that completes a stop string, with that stop string's length; npos when none completes.
-  std::pair<size_t, size_t> feed(std::string_view bytes);
+  // Feeds `piece`, which follows `held` bytes of held-back text, to every matcher; returns where
+  // in the held-back text and the piece the first stop string to complete begins (of those
+  // completing at one byte, the longest), or npos. The stream stops there, so no matcher is fed
+  // past a completion.
+  size_t feed(std::string_view piece, size_t held);
   std::string release(std::string text);  // records returned text
 
   IncrementalDetokenizer detokenizer_;
