@@ -2,43 +2,51 @@
 
 #include <cblas.h>
 
+#include <algorithm>
+#include <memory>
 #include <mutex>
-#include <vector>
 
 #include "core/thread_pool.h"
 
 namespace pagoda::cpu {
 namespace {
 
-// OpenBLAS runs each call on its own threads; calls from several threads at once (the ranks of an
-// in-process tensor-parallel group) take turns, each still using every core.
-std::mutex blas_mutex;
+// OpenBLAS multiplies on the calling thread only: the pool's threads each take a share of a
+// product's weight rows. Left to its own threads, OpenBLAS would have them spin (sched_yield)
+// between calls, taking the cores the pool's threads need for everything else.
+void use_calling_thread_only() {
+  static std::once_flag once;
+  std::call_once(once, [] { openblas_set_num_threads(1); });
+}
 
 void sgemm(int64_t m, int64_t n, int64_t k, const float* x, const float* weight, float* out,
            int64_t out_stride) {
-  const std::lock_guard lock(blas_mutex);
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(m), static_cast<int>(n),
               static_cast<int>(k), 1.0f, x, static_cast<int>(k), weight, static_cast<int>(k), 0.0f,
               out, static_cast<int>(out_stride));
 }
 
-constexpr int64_t kTileElements = int64_t{1} << 20;  // 4 MiB of f32 per widened tile
+constexpr int64_t kTileElements = int64_t{1} << 18;  // 1 MiB of f32 per widened tile
 
+// Rows [first_row, first_row + rows) of a bf16, f16 or FP8 weight as f32, on the calling thread.
 void widen_rows(const Weight& quantized, int64_t first_row, int64_t rows, float* out) {
   if (quantized.quantized()) return dequantize_rows(quantized, first_row, rows, out);
   const Tensor& weight = quantized.values;
   const int64_t k = weight.size(1);
   const uint16_t* source = weight.data<uint16_t>() + first_row * k;
-  const bool bf16 = weight.dtype() == DType::kBF16;
-  ThreadPool::global().parallel_for(rows * k, [&](int64_t begin, int64_t end) {
-    if (bf16) {
-      for (int64_t i = begin; i < end; ++i)
-        out[i] = bf16_to_f32(source[i]);
-    } else {
-      for (int64_t i = begin; i < end; ++i)
-        out[i] = f16_to_f32(source[i]);
-    }
-  });
+  if (weight.dtype() == DType::kBF16) {
+    for (int64_t i = 0; i < rows * k; ++i)
+      out[i] = bf16_to_f32(source[i]);
+  } else {
+    for (int64_t i = 0; i < rows * k; ++i)
+      out[i] = f16_to_f32(source[i]);
+  }
+}
+
+// A thread's widened tile, kept from one product to the next.
+float* tile_of_this_thread() {
+  thread_local const std::unique_ptr<float[]> tile(new float[kTileElements]);
+  return tile.get();
 }
 
 }  // namespace
@@ -55,21 +63,25 @@ void linear(const Tensor& x, const Weight& quantized, const Tensor& out) {
   PAGODA_CHECK(x.is_contiguous() && weight.is_contiguous() && out.is_contiguous(),
                "linear needs contiguous tensors");
   if (m == 0 || n == 0) return;
-  if (weight.dtype() == DType::kF32) {
-    sgemm(m, n, k, x.data<float>(), weight.data<float>(), out.data<float>(), n);
-    return;
-  }
-  PAGODA_CHECK(weight.dtype() == DType::kBF16 || weight.dtype() == DType::kF16 ||
+  const bool widen = weight.dtype() != DType::kF32;
+  PAGODA_CHECK(!widen || weight.dtype() == DType::kBF16 || weight.dtype() == DType::kF16 ||
                    (weight.dtype() == DType::kF8E4M3 && quantized.quantized()),
                "linear weight dtype {}", dtype_name(weight.dtype()));
-  const int64_t tile_rows =
-      std::max<int64_t>(1, std::min(n, kTileElements / std::max<int64_t>(k, 1)));
-  std::vector<float> tile(tile_rows * k);
-  for (int64_t row = 0; row < n; row += tile_rows) {
-    const int64_t rows = std::min(tile_rows, n - row);
-    widen_rows(quantized, row, rows, tile.data());
-    sgemm(m, rows, k, x.data<float>(), tile.data(), out.data<float>() + row, n);
-  }
+  use_calling_thread_only();
+  const float* in = x.data<float>();
+  float* result = out.data<float>();
+  // Each thread's share of the weight rows, widened a tile at a time into the thread's own buffer.
+  ThreadPool::global().parallel_for(n, [&](int64_t begin, int64_t end) {
+    if (!widen)
+      return sgemm(m, end - begin, k, in, weight.data<float>() + begin * k, result + begin, n);
+    const int64_t tile_rows = std::max<int64_t>(1, kTileElements / std::max<int64_t>(k, 1));
+    float* tile = tile_of_this_thread();
+    for (int64_t row = begin; row < end; row += tile_rows) {
+      const int64_t rows = std::min(tile_rows, end - row);
+      widen_rows(quantized, row, rows, tile);
+      sgemm(m, rows, k, in, tile, result + row, n);
+    }
+  });
 }
 
 }  // namespace pagoda::cpu
