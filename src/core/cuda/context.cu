@@ -1,5 +1,8 @@
+#include <dlfcn.h>
+
 #include <array>
 #include <mutex>
+#include <string>
 
 #include "core/cuda/context.h"
 
@@ -25,7 +28,7 @@ DeviceState& state() {
   const std::lock_guard lock(mutex);
   if (s.stream == nullptr) {
     PAGODA_CUDA_CHECK(cudaStreamCreate(&s.stream));
-    PAGODA_CUBLAS_CHECK(cublasLtCreate(&s.blaslt));
+    PAGODA_CUBLAS_CHECK(blaslt().create(&s.blaslt));
     PAGODA_CUDA_CHECK(cudaMalloc(&s.workspace, kBlasltWorkspaceBytes));
     PAGODA_CUDA_CHECK(
         cudaDeviceGetAttribute(&s.multiprocessors, cudaDevAttrMultiProcessorCount, device));
@@ -33,7 +36,39 @@ DeviceState& state() {
   return s;
 }
 
+template <typename Function>
+void resolve(void* library, const char* name, Function& out) {
+  void* symbol = dlsym(library, name);
+  PAGODA_CHECK(symbol != nullptr, "cuBLASLt has no entry point {}: {}", name, dlerror());
+  out = reinterpret_cast<Function>(symbol);
+}
+
+BlasLt load_blaslt() {
+  const std::string name = "libcublasLt.so." + std::to_string(CUBLAS_VER_MAJOR);
+  void* library = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL);  // kept for the process
+  PAGODA_CHECK(library != nullptr, "cannot load cuBLASLt ({}): {}", name, dlerror());
+  BlasLt b{};
+  resolve(library, "cublasLtCreate", b.create);
+  resolve(library, "cublasLtGetStatusString", b.get_status_string);
+  resolve(library, "cublasLtMatmul", b.matmul);
+  resolve(library, "cublasLtMatmulAlgoGetHeuristic", b.matmul_algo_get_heuristic);
+  resolve(library, "cublasLtMatmulDescCreate", b.matmul_desc_create);
+  resolve(library, "cublasLtMatmulDescDestroy", b.matmul_desc_destroy);
+  resolve(library, "cublasLtMatmulDescSetAttribute", b.matmul_desc_set_attribute);
+  resolve(library, "cublasLtMatmulPreferenceCreate", b.matmul_preference_create);
+  resolve(library, "cublasLtMatmulPreferenceDestroy", b.matmul_preference_destroy);
+  resolve(library, "cublasLtMatmulPreferenceSetAttribute", b.matmul_preference_set_attribute);
+  resolve(library, "cublasLtMatrixLayoutCreate", b.matrix_layout_create);
+  resolve(library, "cublasLtMatrixLayoutDestroy", b.matrix_layout_destroy);
+  return b;
+}
+
 }  // namespace
+
+const BlasLt& blaslt() {
+  static const BlasLt loaded = load_blaslt();
+  return loaded;
+}
 
 cudaStream_t stream() {
   return state().stream;

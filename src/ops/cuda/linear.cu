@@ -51,15 +51,15 @@ struct Plan {
   Plan(const Plan&) = delete;
   Plan& operator=(const Plan&) = delete;
   ~Plan() {
-    if (c != nullptr) cublasLtMatrixLayoutDestroy(c);
-    if (b != nullptr) cublasLtMatrixLayoutDestroy(b);
-    if (a != nullptr) cublasLtMatrixLayoutDestroy(a);
-    if (desc != nullptr) cublasLtMatmulDescDestroy(desc);
+    if (c != nullptr) blaslt().matrix_layout_destroy(c);
+    if (b != nullptr) blaslt().matrix_layout_destroy(b);
+    if (a != nullptr) blaslt().matrix_layout_destroy(a);
+    if (desc != nullptr) blaslt().matmul_desc_destroy(desc);
   }
 };
 
 struct PreferenceDeleter {
-  void operator()(cublasLtMatmulPreference_t p) const { cublasLtMatmulPreferenceDestroy(p); }
+  void operator()(cublasLtMatmulPreference_t p) const { blaslt().matmul_preference_destroy(p); }
 };
 using Preference =
     std::unique_ptr<std::remove_pointer_t<cublasLtMatmulPreference_t>, PreferenceDeleter>;
@@ -76,14 +76,14 @@ int64_t alignment_of(const void* p) {
 template <typename T>
 void set_attribute(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attribute,
                    const T& value) {
-  PAGODA_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, attribute, &value, sizeof(value)));
+  PAGODA_CUBLAS_CHECK(blaslt().matmul_desc_set_attribute(desc, attribute, &value, sizeof(value)));
 }
 
 template <typename T>
 void set_preference(cublasLtMatmulPreference_t preference,
                     cublasLtMatmulPreferenceAttributes_t attribute, const T& value) {
   PAGODA_CUBLAS_CHECK(
-      cublasLtMatmulPreferenceSetAttribute(preference, attribute, &value, sizeof(value)));
+      blaslt().matmul_preference_set_attribute(preference, attribute, &value, sizeof(value)));
 }
 
 // The operands of the call being planned: candidate algorithms are timed on them.
@@ -113,10 +113,10 @@ cublasLtMatmulAlgo_t fastest(const Plan& plan, const cublasLtMatmulHeuristicResu
   int best = 0;
   for (int i = 0; i < count; ++i) {
     auto run = [&] {
-      return cublasLtMatmul(blaslt_handle(), plan.desc, &alpha, operands.weight, plan.a, operands.x,
-                            plan.b, &beta, operands.out, plan.c, operands.out, plan.c,
-                            &candidates[i].algo, blaslt_workspace(), kBlasltWorkspaceBytes,
-                            stream());
+      return blaslt().matmul(blaslt_handle(), plan.desc, &alpha, operands.weight, plan.a,
+                             operands.x, plan.b, &beta, operands.out, plan.c, operands.out, plan.c,
+                             &candidates[i].algo, blaslt_workspace(), kBlasltWorkspaceBytes,
+                             stream());
     };
     if (run() != CUBLAS_STATUS_SUCCESS) continue;  // a candidate may refuse these operands
     std::array<float, 3> times{};
@@ -141,7 +141,7 @@ cublasLtMatmulAlgo_t fastest(const Plan& plan, const cublasLtMatmulHeuristicResu
 std::unique_ptr<Plan> make_plan(const PlanKey& key, const Operands& operands) {
   const auto [m, n, k, lda, ldb, ldc, out_type, align_a, align_b, align_c, device, fp8] = key;
   auto plan = std::make_unique<Plan>();
-  PAGODA_CUBLAS_CHECK(cublasLtMatmulDescCreate(&plan->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  PAGODA_CUBLAS_CHECK(blaslt().matmul_desc_create(&plan->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   set_attribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSA, CUBLAS_OP_T);
   set_attribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSB, CUBLAS_OP_N);
   const cudaDataType_t in_type = fp8 != 0 ? CUDA_R_8F_E4M3 : CUDA_R_16BF;
@@ -154,12 +154,12 @@ std::unique_ptr<Plan> make_plan(const PlanKey& key, const Operands& operands) {
     set_attribute(plan->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, operands.x_scales);
   }
   const auto c_type = static_cast<cudaDataType_t>(out_type);
-  PAGODA_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->a, in_type, k, n, lda));
-  PAGODA_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->b, in_type, k, m, ldb));
-  PAGODA_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->c, c_type, n, m, ldc));
+  PAGODA_CUBLAS_CHECK(blaslt().matrix_layout_create(&plan->a, in_type, k, n, lda));
+  PAGODA_CUBLAS_CHECK(blaslt().matrix_layout_create(&plan->b, in_type, k, m, ldb));
+  PAGODA_CUBLAS_CHECK(blaslt().matrix_layout_create(&plan->c, c_type, n, m, ldc));
 
   cublasLtMatmulPreference_t raw_preference = nullptr;
-  PAGODA_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&raw_preference));
+  PAGODA_CUBLAS_CHECK(blaslt().matmul_preference_create(&raw_preference));
   const Preference preference(raw_preference);
   set_preference(raw_preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                  uint64_t{kBlasltWorkspaceBytes});
@@ -178,7 +178,7 @@ std::unique_ptr<Plan> make_plan(const PlanKey& key, const Operands& operands) {
   const bool tune = m <= kTunedRows && !stream_is_capturing();
   std::array<cublasLtMatmulHeuristicResult_t, kCandidates> results{};
   int returned = 0;
-  PAGODA_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(
+  PAGODA_CUBLAS_CHECK(blaslt().matmul_algo_get_heuristic(
       blaslt_handle(), plan->desc, plan->a, plan->b, plan->c, plan->c, raw_preference,
       tune ? kCandidates : 1, results.data(), &returned));
   if (returned == 0) {
@@ -268,10 +268,10 @@ void planned_gemm(const Tensor& x, const void* weight, int64_t n, int64_t weight
   }
   const float alpha = 1.0f;
   const float beta = 0.0f;
-  PAGODA_CUBLAS_CHECK(cublasLtMatmul(blaslt_handle(), plan.desc, &alpha, weight, plan.a,
-                                     x.raw_data(), plan.b, &beta, out.raw_data(), plan.c,
-                                     out.raw_data(), plan.c, &plan.algo, blaslt_workspace(),
-                                     kBlasltWorkspaceBytes, stream()));
+  PAGODA_CUBLAS_CHECK(blaslt().matmul(blaslt_handle(), plan.desc, &alpha, weight, plan.a,
+                                      x.raw_data(), plan.b, &beta, out.raw_data(), plan.c,
+                                      out.raw_data(), plan.c, &plan.algo, blaslt_workspace(),
+                                      kBlasltWorkspaceBytes, stream()));
 }
 
 void check_output(const Tensor& out) {
