@@ -1,9 +1,12 @@
 // The CUDA built-ins a CTA's device code uses, emulated on the host, so that a test can run such
 // code where no GPU is: a block runs as blockDim std::threads, __syncthreads() is a barrier over
 // them, and each warp's shuffles and ballots exchange values through a barrier over its 32
-// threads. Every thread of a warp must reach each warp collective (full masks only), as the code
-// under test is written to. Slow (a block's barriers wake a thousand threads), but exact to the
-// code's logic and its synchronization: a missing barrier shows as a wrong answer or a hang.
+// threads. A cluster's blocks run at once, cluster_sync() a barrier over all their threads;
+// cluster_peer(p, rank) takes p to point into an array of the blocks' objects indexed by cluster
+// rank (the caller's way of giving each block its shared memory). Every thread of a warp must reach
+// each warp collective (full masks only), as the code under test is written to. Slow (a block's
+// barriers wake a thousand threads), but exact to the code's logic and its synchronization: a
+// missing barrier shows as a wrong answer or a hang.
 //
 // Include this before the device code, which must use only these built-ins and the C library.
 #pragma once
@@ -13,6 +16,7 @@
 #include <bit>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <thread>
 #include <vector>
 
@@ -36,8 +40,11 @@ struct Warp {
 struct Block {
   std::barrier<>* barrier = nullptr;
   Warp* warps = nullptr;
+  std::barrier<>* cluster_barrier = nullptr;
+  unsigned cluster_rank = 0;
+  unsigned cluster_size = 1;
 };
-inline Block block;
+inline thread_local Block block;
 
 inline int lane() {
   return static_cast<int>(threadIdx.x % 32);
@@ -71,21 +78,29 @@ inline unsigned ballot(bool predicate) {
   return mask;
 }
 
-// Runs `kernel(args...)` as each thread of `grid` blocks of `threads`, one block at a time.
+// Runs `kernel(args...)` as each thread of `grid` blocks of `threads`, one cluster of `cluster`
+// blocks at a time (grid a multiple of it).
 template <typename Kernel, typename... Args>
-void launch(Kernel kernel, unsigned grid, unsigned threads, Args... args) {
-  for (unsigned b = 0; b < grid; ++b) {
-    std::barrier<> barrier(threads);
-    std::vector<Warp> warps(threads / 32);
-    block = {&barrier, warps.data()};
+void launch(Kernel kernel, unsigned grid, unsigned threads, unsigned cluster, Args... args) {
+  for (unsigned first = 0; first < grid; first += cluster) {
+    std::barrier<> cluster_barrier(cluster * threads);
+    std::vector<std::unique_ptr<std::barrier<>>> barriers;
+    std::vector<std::vector<Warp>> warps;
+    for (unsigned r = 0; r < cluster; ++r) {
+      barriers.push_back(std::make_unique<std::barrier<>>(threads));
+      warps.emplace_back(threads / 32);
+    }
     std::vector<std::thread> pool;
-    pool.reserve(threads);
-    for (unsigned t = 0; t < threads; ++t) {
-      pool.emplace_back([&, t] {
-        emulated_thread_index = {t, 0, 0};
-        emulated_block_index = {b, 0, 0};
-        kernel(args...);
-      });
+    pool.reserve(cluster * threads);
+    for (unsigned r = 0; r < cluster; ++r) {
+      for (unsigned t = 0; t < threads; ++t) {
+        pool.emplace_back([&, r, t] {
+          block = {barriers[r].get(), warps[r].data(), &cluster_barrier, r, cluster};
+          emulated_thread_index = {t, 0, 0};
+          emulated_block_index = {first + r, 0, 0};
+          kernel(args...);
+        });
+      }
     }
     for (std::thread& thread : pool)
       thread.join();
@@ -96,6 +111,19 @@ void launch(Kernel kernel, unsigned grid, unsigned threads, Args... args) {
 
 inline void __syncthreads() {
   pagoda::emulation::block.barrier->arrive_and_wait();
+}
+inline unsigned cluster_rank() {
+  return pagoda::emulation::block.cluster_rank;
+}
+inline unsigned cluster_size() {
+  return pagoda::emulation::block.cluster_size;
+}
+inline void cluster_sync() {
+  pagoda::emulation::block.cluster_barrier->arrive_and_wait();
+}
+template <typename T>
+T* cluster_peer(T* local, unsigned rank) {
+  return local + (static_cast<long>(rank) - static_cast<long>(cluster_rank()));
 }
 template <typename T>
 T __shfl_sync(unsigned, T v, int source) {

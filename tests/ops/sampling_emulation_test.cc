@@ -1,7 +1,8 @@
 // The GPU sampler's device code (ops/cuda/sampling_row.cuh) run on the host under an emulation of
 // the CUDA built-ins (cuda_emulation.h), against the host sampler: the token of every row, greedy
-// or filtered, its repetition, and the judging of drafts. The same code runs on the GPU in
-// CudaSamplingTest; this runs it where no GPU is, synchronization included.
+// or filtered, its repetition, and the judging of drafts; rows taken by one block or shared by a
+// cluster of two or three. The same code runs on the GPU in CudaSamplingTest; this runs it where
+// no GPU is, synchronization included.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -23,7 +24,8 @@ namespace {
 
 using cuda::sampling::kThreads;
 
-// Each row of logits [rows, vocab] sampled by the device code, one emulated block a row.
+// Each row of logits [rows, vocab] sampled by the device code, one emulated cluster of `cluster`
+// blocks a row.
 struct Sampled {
   std::vector<int32_t> ids;
   std::vector<float> logprobs;
@@ -31,18 +33,21 @@ struct Sampled {
 };
 
 Sampled sample_on_emulated_device(const std::vector<float>& logits, int64_t vocab,
-                                  const std::vector<SamplingRow>& rows,
+                                  const std::vector<SamplingRow>& rows, unsigned cluster,
                                   const std::vector<float>& draft_logits = {}) {
   const size_t count = rows.size();
   Sampled out{std::vector<int32_t>(count, -1), std::vector<float>(count, NAN),
               std::vector<int32_t>(count, -1)};
+  // The blocks' shared memory, by cluster rank: one cluster runs at a time.
+  static std::vector<cuda::sampling::Shared> shared(4);
+  EXPECT_LE(cluster, shared.size());
   const auto kernel = [&] {
-    static cuda::sampling::Shared shared;  // a block's shared memory: one block runs at a time
-    cuda::sampling::sample_row(blockIdx.x, logits.data(), static_cast<int>(vocab), rows.data(),
-                               draft_logits.empty() ? nullptr : draft_logits.data(), out.ids.data(),
-                               out.logprobs.data(), out.kept.data(), shared);
+    cuda::sampling::sample_row(blockIdx.x / cluster, logits.data(), static_cast<int>(vocab),
+                               rows.data(), draft_logits.empty() ? nullptr : draft_logits.data(),
+                               out.ids.data(), out.logprobs.data(), out.kept.data(),
+                               shared[cluster_rank()]);
   };
-  emulation::launch(kernel, static_cast<unsigned>(count), kThreads);
+  emulation::launch(kernel, static_cast<unsigned>(count) * cluster, kThreads, cluster);
   return out;
 }
 
@@ -64,7 +69,7 @@ TEST(SamplingEmulationTest, PicksTheHostSamplersToken) {
   std::vector<SamplingRow> params;
   for (const SamplingParams& p : all)
     params.push_back(device_sampling_row(p, draw));
-  const Sampled got = sample_on_emulated_device(logits, vocab, params);
+  const Sampled got = sample_on_emulated_device(logits, vocab, params, 2);
   for (int64_t r = 0; r < rows; ++r) {
     const float* row = logits.data() + r * vocab;
     ASSERT_EQ(got.ids[r], sample_token(row, vocab, all[r], draw)) << r;
@@ -94,14 +99,14 @@ TEST(SamplingEmulationTest, NarrowsCrowdedBins) {
   std::vector<SamplingRow> params;
   for (const SamplingParams& p : all)
     params.push_back(device_sampling_row(p, 0.61));
-  const Sampled got = sample_on_emulated_device(logits, vocab, params);
+  const Sampled got = sample_on_emulated_device(logits, vocab, params, 3);
   for (int64_t r = 0; r < rows; ++r)
     EXPECT_EQ(got.ids[r], sample_token(logits.data() + r * vocab, vocab, all[r], 0.61)) << r;
 }
 
 // Random filters over rows of integer logits (few distinct values), masked tokens or outliers;
-// each row twice, which must give the same token (the tallies are exact in any order of the
-// threads' additions).
+// each row twice, by one block and by a cluster of two sharing it, which must give the same token
+// (the tallies are exact in any order of the threads' and the slices' additions).
 TEST(SamplingEmulationTest, RandomFiltersRepeatTheHostsToken) {
   std::mt19937 rng(1234);
   std::uniform_real_distribution<double> uniform(0.0, 1.0);
@@ -126,8 +131,9 @@ TEST(SamplingEmulationTest, RandomFiltersRepeatTheHostsToken) {
     if (rng() % 3 == 0) p.min_p = 0.3 * uniform(rng);
     params.push_back(device_sampling_row(p, uniform(rng)));
   }
-  const Sampled first = sample_on_emulated_device(logits, vocab, params);
-  const Sampled second = sample_on_emulated_device(logits, vocab, params);
+  // Alone on a row, and a row shared by two blocks: the same token.
+  const Sampled first = sample_on_emulated_device(logits, vocab, params, 1);
+  const Sampled second = sample_on_emulated_device(logits, vocab, params, 2);
   for (int64_t r = 0; r < rows; ++r) {
     EXPECT_EQ(first.ids[r],
               sample_token(logits.data() + r * vocab, vocab, all[r], params[r].uniform))
@@ -166,7 +172,7 @@ TEST(SamplingEmulationTest, JudgesDraftsAsTheHostDoes) {
     row.judge = draws[r][0];
     params.push_back(row);
   }
-  const Sampled got = sample_on_emulated_device(target, vocab, params, drafter);
+  const Sampled got = sample_on_emulated_device(target, vocab, params, 2, drafter);
   int kept = 0;
   for (int64_t r = 0; r < rows; ++r) {
     const float* p_rows[] = {target.data() + r * vocab, target.data() + r * vocab};

@@ -1,10 +1,13 @@
 // Sampling on the device, so a step copies two numbers per row to the host instead of the whole
 // vocabulary: greedy rows take the argmax, the other rows draw the token sample_token() draws on
-// the host, without sorting (sampling_row.cuh says how).
+// the host, without sorting (sampling_row.cuh says how). At small batch a cluster of CTAs shares
+// each row.
 #include <cuda_runtime.h>
 
+#include <array>
 #include <climits>
 #include <cstring>
+#include <mutex>
 
 #include "core/cuda/context.h"
 #include "core/cuda/launch.h"
@@ -20,8 +23,54 @@ __global__ void __launch_bounds__(sampling::kThreads)
                   int32_t* out_kept) {
   start_after_prior_kernels();
   __shared__ sampling::Shared sh;
-  sampling::sample_row(blockIdx.x, logits, vocab, rows, draft_logits, out_ids, out_logprobs,
-                       out_kept, sh);
+  sampling::sample_row(blockIdx.x / sampling::cluster_size(), logits, vocab, rows, draft_logits,
+                       out_ids, out_logprobs, out_kept, sh);
+}
+
+constexpr int kMaxCluster = 8;  // the portable limit
+
+// CTAs a row takes: at small batch a row's passes spread over a cluster, as long as the clusters
+// of the step still fit on the device about twice over; never more than it can run at once.
+int cluster_size_for(int64_t rows) {
+  static std::array<std::array<int, 2>, 64> cached{};  // per device: multiprocessors, max cluster
+  int device = 0;
+  PAGODA_CUDA_CHECK(cudaGetDevice(&device));
+  PAGODA_CHECK(device >= 0 && device < 64, "CUDA device index {}", device);
+  static std::mutex mutex;
+  std::array<int, 2> known;
+  {
+    const std::lock_guard lock(mutex);
+    known = cached[device];
+  }
+  if (known[0] == 0) {
+    PAGODA_CUDA_CHECK(cudaDeviceGetAttribute(&known[0], cudaDevAttrMultiProcessorCount, device));
+    known[1] = 1;
+    for (int size = kMaxCluster; size > 1; size /= 2) {
+      cudaLaunchConfig_t config{};
+      config.gridDim = dim3(size);
+      config.blockDim = dim3(sampling::kThreads);
+      cudaLaunchAttribute attribute{};
+      attribute.id = cudaLaunchAttributeClusterDimension;
+      attribute.val.clusterDim.x = size;
+      attribute.val.clusterDim.y = 1;
+      attribute.val.clusterDim.z = 1;
+      config.attrs = &attribute;
+      config.numAttrs = 1;
+      int clusters = 0;
+      if (cudaOccupancyMaxActiveClusters(&clusters, sample_kernel, &config) == cudaSuccess &&
+          clusters > 0) {
+        known[1] = size;
+        break;
+      }
+      (void)cudaGetLastError();
+    }
+    const std::lock_guard lock(mutex);
+    cached[device] = known;
+  }
+  int size = 1;
+  while (size < known[1] && rows * size * 2 <= known[0])
+    size *= 2;
+  return size;
 }
 
 }  // namespace
@@ -71,11 +120,25 @@ void sample(const Tensor& logits, std::span<const SamplingRow> rows, const Tenso
     std::memcpy(params.raw_data(), rows.data(), rows.size_bytes());
     params = params.to(device);
   }
-  launch(sample_kernel, static_cast<unsigned>(count), sampling::kThreads, 0, stream(),
-         logits.data<float>(), static_cast<int>(vocab),
-         params.defined() ? reinterpret_cast<const SamplingRow*>(params.raw_data()) : nullptr,
-         drafts > 0 ? draft_logits.data<float>() : nullptr, ids.data<int32_t>(),
-         logprobs.data<float>(), any_draft ? kept.data<int32_t>() : nullptr);
+  const int cluster = cluster_size_for(count);
+  cudaLaunchAttribute attributes[2]{};
+  attributes[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attributes[0].val.programmaticStreamSerializationAllowed = 1;
+  attributes[1].id = cudaLaunchAttributeClusterDimension;
+  attributes[1].val.clusterDim.x = cluster;
+  attributes[1].val.clusterDim.y = 1;
+  attributes[1].val.clusterDim.z = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(static_cast<unsigned>(count * cluster));
+  config.blockDim = dim3(sampling::kThreads);
+  config.stream = stream();
+  config.attrs = attributes;
+  config.numAttrs = 2;
+  PAGODA_CUDA_CHECK(cudaLaunchKernelEx(
+      &config, sample_kernel, logits.data<float>(), static_cast<int>(vocab),
+      params.defined() ? reinterpret_cast<const SamplingRow*>(params.raw_data()) : nullptr,
+      drafts > 0 ? draft_logits.data<float>() : nullptr, ids.data<int32_t>(),
+      logprobs.data<float>(), any_draft ? kept.data<int32_t>() : nullptr));
 }
 
 }  // namespace pagoda::cuda

@@ -14,8 +14,14 @@
 // and a row's draw repeats. A row that judges a draft (speculative decoding) applies the lossless
 // rule of accept_drafts() the same way, over the drafter's row and its own.
 //
-// Only the CUDA built-ins and the C library, so that a host emulation of the built-ins runs it
-// too (tests/ops/sampling_emulation_test.cc).
+// A row may be shared by a cluster of CTAs (at small batch, where one CTA alone on a row is bound
+// by its instructions per logit): each CTA passes over its slice of the row, and the counts,
+// weights and gathered tokens of the slices meet through distributed shared memory, in rank
+// order, so that every CTA of the cluster then scans and sorts the same values and reaches the
+// same cuts. Rank 0 writes the row's outputs.
+//
+// Only the CUDA built-ins (cooperative groups' cluster calls among them) and the C library, so
+// that a host emulation of the built-ins runs it too (tests/ops/sampling_emulation_test.cc).
 #pragma once
 
 #include <cfloat>
@@ -25,7 +31,28 @@
 
 #include "ops/sampling_row.h"
 
+#ifdef __CUDACC__
+#include <cooperative_groups.h>
+#endif
+
 namespace pagoda::cuda::sampling {
+
+#ifdef __CUDACC__
+__device__ __forceinline__ unsigned cluster_rank() {
+  return cooperative_groups::this_cluster().block_rank();
+}
+__device__ __forceinline__ unsigned cluster_size() {
+  return cooperative_groups::this_cluster().num_blocks();
+}
+__device__ __forceinline__ void cluster_sync() {
+  cooperative_groups::this_cluster().sync();
+}
+// The cluster CTA `rank`'s copy of the shared object `local` points to.
+template <typename T>
+__device__ __forceinline__ T* cluster_peer(T* local, unsigned rank) {
+  return cooperative_groups::this_cluster().map_shared_rank(local, rank);
+}
+#endif
 
 constexpr int kThreads = 1024;
 constexpr int kWarps = kThreads / 32;
@@ -49,25 +76,42 @@ __device__ __forceinline__ void load_aligned(const float* logits, float (&v)[kPe
 #endif
 }
 
-// One pass over a row of `vocab` logits: body(i, logit) for the kPerThread consecutive indices a
-// thread takes at each step, loaded together (a CTA alone on a row is bound by the latency of its
-// loads, so each warp keeps a kilobyte in flight rather than 128 bytes). Every thread makes the
-// same calls, so that bodies may take whole-warp ballots: indices from `vocab` on come with a
-// logit of -infinity, and bodies skip them.
+// This CTA's slice [begin, end) of a row of `vocab` logits: the cluster's CTAs take equal slices,
+// in rank order, each a whole number of kPerThread logits.
+struct Slice {
+  int begin;
+  int end;
+};
+
+__device__ __forceinline__ Slice slice_of(int vocab) {
+  const int size = cluster_size();
+  const int per = ((vocab + size - 1) / size + kPerThread - 1) / kPerThread * kPerThread;
+  const int64_t begin = static_cast<int64_t>(cluster_rank()) * per;
+  const int64_t end = begin + per;
+  return {static_cast<int>(begin < vocab ? begin : vocab),
+          static_cast<int>(end < vocab ? end : vocab)};
+}
+
+// One pass over this CTA's slice of a row of `vocab` logits: body(i, logit) for the kPerThread
+// consecutive indices a thread takes at each step, loaded together (so each warp keeps a kilobyte
+// in flight rather than 128 bytes). Every thread makes the same calls, so that bodies may take
+// whole-warp ballots: places past the slice come as index `vocab` with a logit of -infinity, and
+// bodies skip them.
 template <typename Body>
 __device__ __forceinline__ void for_each_logit(const float* logits, int vocab, Body&& body) {
+  const Slice slice = slice_of(vocab);
   const bool aligned = reinterpret_cast<uintptr_t>(logits) % 16 == 0;
-  for (int start = 0; start < vocab; start += kThreads * kPerThread) {
+  for (int start = slice.begin; start < slice.end; start += kThreads * kPerThread) {
     const int first = start + static_cast<int>(threadIdx.x) * kPerThread;
     float v[kPerThread];
-    if (aligned && first + kPerThread <= vocab) {
+    if (aligned && first + kPerThread <= slice.end) {
       load_aligned(logits + first, v);
     } else {
       for (int j = 0; j < kPerThread; ++j)
-        v[j] = first + j < vocab ? logits[first + j] : -INFINITY;
+        v[j] = first + j < slice.end ? logits[first + j] : -INFINITY;
     }
     for (int j = 0; j < kPerThread; ++j)
-      body(first + j, v[j]);
+      body(first + j < slice.end ? first + j : vocab, v[j]);
   }
 }
 
@@ -151,6 +195,20 @@ struct Shared {
   uint64_t keys[kCandidates];
   Set sorted;
   int sorted_count;
+  // What this CTA's slice gives the cluster: a histogram (or digit counts), or the tokens it
+  // gathered, and the slice's scalars; read by every CTA of the cluster between two cluster
+  // barriers.
+  union {
+    struct {
+      int count[kBins];
+      uint64_t weight[kBins];
+    } histogram;
+    uint64_t keys[kCandidates];
+  } slice;
+  Best slice_best;
+  float slice_lowest;
+  int slice_count;
+  uint64_t slice_key;
 };
 
 // The block's reduction of v by `op`, returned to every thread.
@@ -172,6 +230,40 @@ __device__ T block_reduce(T v, Shared& sh, Op op) {
 template <typename T>
 __device__ T block_sum(T v, Shared& sh) {
   return block_reduce(v, sh, [](T a, T b) { return a + b; });
+}
+
+// The cluster's sums of the slices' histograms (in sh.slice.histogram) into count[] and weight[],
+// with the slices' counts (sh.slice_count) and largest keys (sh.slice_key) summed and reduced into
+// *count_sum and *key_max when asked. Every thread of every CTA of the cluster calls it.
+__device__ inline void merge_slices(int* count, uint64_t* weight, Shared& sh, int* count_sum,
+                                    uint64_t* key_max) {
+  cluster_sync();  // every slice is written
+  const int t = threadIdx.x;
+  int c = 0;
+  uint64_t w = 0;
+  int scalar_sum = 0;
+  uint64_t scalar_max = 0;
+  for (unsigned r = 0; r < cluster_size(); ++r) {
+    const Shared* peer = cluster_peer(&sh, r);
+    c += peer->slice.histogram.count[t];
+    w += peer->slice.histogram.weight[t];
+    scalar_sum += peer->slice_count;
+    scalar_max = peer->slice_key > scalar_max ? peer->slice_key : scalar_max;
+  }
+  cluster_sync();  // every peer has read this CTA's slice before it is written again
+  count[t] = c;
+  weight[t] = w;
+  if (count_sum != nullptr) *count_sum = scalar_sum;
+  if (key_max != nullptr) *key_max = scalar_max;
+  __syncthreads();
+}
+
+// This CTA's slice histogram, cleared; the caller fills it after its own barrier.
+__device__ inline void clear_slice(Shared& sh) {
+  __syncthreads();  // the slice may still be read by this CTA
+  sh.slice.histogram.count[threadIdx.x] = 0;
+  sh.slice.histogram.weight[threadIdx.x] = 0;
+  __syncthreads();
 }
 
 // The first thread t at which base + Σ_{s ≤ t} v_s passes `target` (reaches it when `inclusive`),
@@ -252,8 +344,21 @@ __device__ inline RowStats row_stats(const float* logits, int vocab, double temp
   best = sh.bests[0];
   for (int w = 1; w < kWarps; ++w)
     best = better(best, sh.bests[w]);
-  if (best.index >= vocab) best.index = 0;  // no logit above -FLT_MAX: the host's pick
   lowest = block_reduce(lowest, sh, [](float a, float b) { return fminf(a, b); });
+  // The slices' in rank order, the same in every CTA of the cluster.
+  if (threadIdx.x == 0) {
+    sh.slice_best = best;
+    sh.slice_lowest = lowest;
+  }
+  cluster_sync();
+  best = cluster_peer(&sh, 0)->slice_best;
+  lowest = cluster_peer(&sh, 0)->slice_lowest;
+  for (unsigned r = 1; r < cluster_size(); ++r) {
+    best = better(best, cluster_peer(&sh, r)->slice_best);
+    lowest = fminf(lowest, cluster_peer(&sh, r)->slice_lowest);
+  }
+  cluster_sync();  // every peer has read this CTA's values before they are written again
+  if (best.index >= vocab) best.index = 0;  // no logit above -FLT_MAX: the host's pick
   const float span = best.value - lowest;
   float scale = span > 0.0f ? (kBins - 2) / span : 0.0f;
   if (!(scale <= FLT_MAX)) scale = 0.0f;
@@ -308,20 +413,17 @@ __device__ Crossing select(const RowView& row, double target, bool inclusive, Sh
   int size = row_bins ? sh.bin_count[set.bin] : sh.digit_count[set.bin];
   // Narrow a set too large to sort on chip by the digits of its keys.
   while (size > kCandidates && set.level < 64 / kDigitBits) {
-    __syncthreads();  // every thread has read `size` before the digit arrays are reused
-    sh.digit_count[t] = 0;
-    sh.digit_weight[t] = 0;
-    __syncthreads();
+    clear_slice(sh);  // after every thread has read `size`
     for_each_logit(row.logits, row.vocab, [&](int i, float logit) {
       if (i >= row.vocab || row.bin(logit) != set.bin) return;
       const uint64_t key = sort_key(logit, i);
       if (!set.holds(key)) return;
       const int d = set.digit(key);
-      atomicAdd(&sh.digit_count[d], 1);
-      atomicAdd(reinterpret_cast<unsigned long long*>(&sh.digit_weight[d]),
+      atomicAdd(&sh.slice.histogram.count[d], 1);
+      atomicAdd(reinterpret_cast<unsigned long long*>(&sh.slice.histogram.weight[d]),
                 static_cast<unsigned long long>(tally(logit, i)));
     });
-    __syncthreads();
+    merge_slices(sh.digit_count, sh.digit_weight, sh, nullptr, nullptr);
     const int d = place(sh.digit_count[t], sh.digit_weight[t]);
     if (d == kThreads) return {~uint64_t{0}, weight_before};
     size = sh.digit_count[d];
@@ -345,10 +447,20 @@ __device__ Crossing select(const RowView& row, double target, bool inclusive, Sh
       if (lane == leader) first = atomicAdd(&sh.gathered, __popc(members));
       first = __shfl_sync(0xffffffffu, first, leader);
       const int slot = first + __popc(members & ((1u << lane) - 1));
-      if (member && slot < kCandidates) sh.keys[slot] = key;
+      if (member && slot < kCandidates) sh.slice.keys[slot] = key;
     });
     __syncthreads();
-    const int n = sh.gathered < kCandidates ? sh.gathered : kCandidates;
+    // The slices' tokens side by side, in rank order.
+    if (t == 0) sh.slice_count = sh.gathered < kCandidates ? sh.gathered : kCandidates;
+    cluster_sync();
+    int n = 0;
+    for (unsigned r = 0; r < cluster_size(); ++r) {
+      const Shared* peer = cluster_peer(&sh, r);
+      const int count = peer->slice_count;
+      if (t >= n && t < n + count) sh.keys[t] = peer->slice.keys[t - n];
+      n = n + count < kCandidates ? n + count : kCandidates;
+    }
+    cluster_sync();  // every peer has read this CTA's tokens before they are written again
     const int width = n <= 1 ? 1 : 1 << (32 - __clz(n - 1));
     if (t >= n && t < width) sh.keys[t] = ~uint64_t{0};
     __syncthreads();
@@ -389,10 +501,7 @@ struct RowHistogram {
 
 __device__ inline RowHistogram histogram(const RowView& row, double min_p, Shared& sh) {
   const int t = threadIdx.x;
-  __syncthreads();  // the arrays may still be read
-  sh.bin_count[t] = 0;
-  sh.bin_weight[t] = 0;
-  __syncthreads();
+  clear_slice(sh);
   int likely = 0;
   uint64_t last = 0;
   for_each_logit(row.logits, row.vocab, [&](int i, float logit) {
@@ -401,21 +510,25 @@ __device__ inline RowHistogram histogram(const RowView& row, double min_p, Share
     // Impossible tokens (weight 0) would all meet at one bin: a warp counts them at once.
     const unsigned impossible = __ballot_sync(0xffffffffu, real && b == kBins - 1);
     if (impossible != 0 && t % 32 == __ffs(impossible) - 1)
-      atomicAdd(&sh.bin_count[kBins - 1], __popc(impossible));
+      atomicAdd(&sh.slice.histogram.count[kBins - 1], __popc(impossible));
     if (!real) return;
     const uint64_t key = sort_key(logit, i);
     last = key > last ? key : last;
     const float weight = row.weight(logit);
     likely += weight >= min_p;
     if (b == kBins - 1) return;
-    atomicAdd(&sh.bin_count[b], 1);
-    atomicAdd(reinterpret_cast<unsigned long long*>(&sh.bin_weight[b]),
+    atomicAdd(&sh.slice.histogram.count[b], 1);
+    atomicAdd(reinterpret_cast<unsigned long long*>(&sh.slice.histogram.weight[b]),
               static_cast<unsigned long long>(row.tally(weight)));
   });
-  __syncthreads();
-  const uint64_t total = block_sum(sh.bin_weight[t], sh);
-  return {block_sum(likely, sh), total,
-          block_reduce(last, sh, [](uint64_t a, uint64_t b) { return a > b ? a : b; })};
+  likely = block_sum(likely, sh);
+  last = block_reduce(last, sh, [](uint64_t a, uint64_t b) { return a > b ? a : b; });
+  if (t == 0) {
+    sh.slice_count = likely;
+    sh.slice_key = last;
+  }
+  merge_slices(sh.bin_count, sh.bin_weight, sh, &likely, &last);
+  return {likely, block_sum(sh.bin_weight[t], sh), last};
 }
 
 // A row after temperature, min-p, top-k and top-p: the tokens sorting up to `last` stay, holding
@@ -483,10 +596,7 @@ __device__ inline int draw_residual(const Filtered& p, const Filtered& q, const 
   // The residual's weight per bin of p's row (whose tokens per bin are p's histogram's), its
   // total, and its last token.
   const int t = threadIdx.x;
-  __syncthreads();
-  sh.digit_count[t] = sh.bin_count[t];
-  sh.digit_weight[t] = 0;
-  __syncthreads();
+  clear_slice(sh);
   uint64_t last = 0;
   for_each_logit(row.logits, row.vocab, [&](int i, float logit) {
     if (i >= row.vocab) return;
@@ -494,12 +604,18 @@ __device__ inline int draw_residual(const Filtered& p, const Filtered& q, const 
     if (r == 0) return;
     const uint64_t key = sort_key(logit, i);
     last = key > last ? key : last;
-    atomicAdd(reinterpret_cast<unsigned long long*>(&sh.digit_weight[row.bin(logit)]),
+    atomicAdd(reinterpret_cast<unsigned long long*>(&sh.slice.histogram.weight[row.bin(logit)]),
               static_cast<unsigned long long>(r));
   });
+  last = block_reduce(last, sh, [](uint64_t a, uint64_t b) { return a > b ? a : b; });
+  if (t == 0) {
+    sh.slice_count = 0;
+    sh.slice_key = last;
+  }
+  merge_slices(sh.digit_count, sh.digit_weight, sh, nullptr, &last);
+  sh.digit_count[t] = sh.bin_count[t];  // p's tokens per bin
   __syncthreads();
   const uint64_t total = block_sum(sh.digit_weight[t], sh);
-  last = block_reduce(last, sh, [](uint64_t a, uint64_t b) { return a > b ? a : b; });
   if (total == 0) return p.draw(uniform, sh);
   const Crossing at =
       select<Tally::kResidual>(row, uniform * static_cast<double>(total), false, sh, residual);
@@ -507,9 +623,10 @@ __device__ inline int draw_residual(const Filtered& p, const Filtered& q, const 
 }
 
 // Row `row_index` of logits [rows, vocab] sampled with rows[row_index] (greedy when rows is
-// null) by a CTA of kThreads threads: the token to out_ids, its log-probability under the raw
-// logits to out_logprobs and, for a row judging a draft, whether it keeps it to out_kept.
-// draft_logits [drafts, vocab] holds the drafter's rows that sampling rows judge against.
+// null) by a cluster of CTAs of kThreads threads (one CTA, or several sharing the row): the token
+// to out_ids, its log-probability under the raw logits to out_logprobs and, for a row judging a
+// draft, whether it keeps it to out_kept. draft_logits [drafts, vocab] holds the drafter's rows
+// that sampling rows judge against.
 __device__ inline void sample_row(unsigned row_index, const float* logits, int vocab,
                                   const SamplingRow* rows, const float* draft_logits,
                                   int32_t* out_ids, float* out_logprobs, int32_t* out_kept,
@@ -542,7 +659,7 @@ __device__ inline void sample_row(unsigned row_index, const float* logits, int v
       token = keeps ? params.draft : draw_residual(p, q, q_logits, params.uniform, sh);
     }
   }
-  if (threadIdx.x == 0) {
+  if (threadIdx.x == 0 && cluster_rank() == 0) {
     out_ids[row_index] = token;
     out_logprobs[row_index] = row[token] - log_total;
     if (out_kept != nullptr) out_kept[row_index] = keeps ? 1 : 0;
