@@ -32,10 +32,14 @@ inline thread_local EmulatedIndex emulated_block_index{0, 0, 0};
 
 namespace pagoda::emulation {
 
+// A warp collective writes the lane's slot, waits for the warp, and reads. Collectives alternate
+// between two sets of slots: a lane writing a set again has passed the barrier of the collective
+// in between, which the other lanes reach only once done reading that set.
 struct Warp {
   std::barrier<> barrier{32};
-  uint64_t slots[32] = {};
+  uint64_t slots[2][32] = {};
 };
+inline thread_local unsigned warp_collectives = 0;
 
 struct Block {
   std::barrier<>* barrier = nullptr;
@@ -55,12 +59,12 @@ template <typename T>
 T exchange(T v, int source) {
   static_assert(sizeof(T) <= sizeof(uint64_t));
   Warp& warp = block.warps[threadIdx.x / 32];
+  uint64_t* slots = warp.slots[warp_collectives++ % 2];
   uint64_t bits = 0;
   std::memcpy(&bits, &v, sizeof(T));
-  warp.slots[lane()] = bits;
+  slots[lane()] = bits;
   warp.barrier.arrive_and_wait();
-  const uint64_t taken = warp.slots[source];
-  warp.barrier.arrive_and_wait();  // the slots are read before the next exchange writes them
+  const uint64_t taken = slots[source];
   T out;
   std::memcpy(&out, &taken, sizeof(T));
   return out;
@@ -69,12 +73,12 @@ T exchange(T v, int source) {
 // The warp's mask of lanes whose predicate holds.
 inline unsigned ballot(bool predicate) {
   Warp& warp = block.warps[threadIdx.x / 32];
-  warp.slots[lane()] = predicate ? 1 : 0;
+  uint64_t* slots = warp.slots[warp_collectives++ % 2];
+  slots[lane()] = predicate ? 1 : 0;
   warp.barrier.arrive_and_wait();
   unsigned mask = 0;
   for (int source = 0; source < 32; ++source)
-    mask |= static_cast<unsigned>(warp.slots[source]) << source;
-  warp.barrier.arrive_and_wait();
+    mask |= static_cast<unsigned>(slots[source]) << source;
   return mask;
 }
 
