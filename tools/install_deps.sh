@@ -25,11 +25,14 @@ pagoda_install_deps() {
     "${missing[@]}" >/dev/null
 }
 
-# Configures and builds into $1 with extra CMake arguments.
+# Configures and builds into $1 with extra CMake arguments: every target, or those named in
+# PAGODA_TARGETS (space-separated).
 pagoda_build() {
   local dir=$1
   shift
   cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@" >"$dir.configure.log" 2>&1 ||
     { cat "$dir.configure.log"; return 1; }
-  cmake --build "$dir" -j "$(nproc)"
+  local targets=()
+  [ -n "${PAGODA_TARGETS:-}" ] && read -ra targets <<<"$PAGODA_TARGETS"
+  cmake --build "$dir" -j "$(nproc)" ${targets[@]+--target "${targets[@]}"}
 }

@@ -6,6 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source tools/install_deps.sh
+pagoda_packages+=(clang libclang-rt-14-dev)  # the sanitizer build and the fuzzers
 pagoda_install_deps
 mkdir -p build
 echo "== JavaScript peers (tokenizers, chat templates)"
@@ -39,12 +40,14 @@ cmake --build build/example -j "$(nproc)"
 build/example/generate_example
 
 echo "== ASan + UBSan build"
-# -O1 with line tables only: a faster build whose reports still name files and lines. The normal
-# build compiles the CUDA sources; this one leaves them out, so the build without CUDA is tested too.
-# The emulated GPU sampler (a thousand threads a block, half a minute in the normal build) runs
-# in the normal build only.
-pagoda_build build/asan -DPAGODA_BUILD_TESTS=ON -DPAGODA_SANITIZE=ON -DPAGODA_CUDA=OFF \
-  -DPAGODA_PYTHON=OFF -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1"
+# clang, -O1 with line tables only, and only what the tests run: a faster build (clang compiles the
+# sanitized sources in about 60% of GCC's time) whose reports still name files and lines. The
+# normal build compiles the CUDA sources; this one leaves them out, so the build without CUDA is
+# tested too. The emulated GPU sampler (a thousand threads a block, a minute and a half in the
+# normal build) runs in the normal build only.
+CC=clang CXX=clang++ PAGODA_TARGETS="pagoda pagoda_tests" pagoda_build build/asan \
+  -DPAGODA_BUILD_TESTS=ON -DPAGODA_SANITIZE=ON -DPAGODA_CUDA=OFF -DPAGODA_PYTHON=OFF \
+  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1"
 ASAN_OPTIONS=protect_shadow_gap=0:detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
   ctest --test-dir build/asan --output-on-failure --no-tests=error -j "$(nproc)" \
   -E '^SamplingEmulationTest$'

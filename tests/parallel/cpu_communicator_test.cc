@@ -47,7 +47,8 @@ std::vector<float> serial_sum(int world, const Shape& shape, DType dtype) {
 class CpuCommunicatorTest : public ::testing::TestWithParam<std::tuple<int, DType>> {};
 
 TEST_P(CpuCommunicatorTest, CollectivesGiveTheSerialResults) {
-  const auto [world, dtype] = GetParam();
+  const int world = std::get<0>(GetParam());
+  const DType dtype = std::get<1>(GetParam());
   const Shape shape = {world * 3, 5};
   const std::vector<float> sum = serial_sum(world, shape, dtype);
   std::vector<std::vector<float>> reduced(world), gathered(world), scattered(world),
