@@ -36,17 +36,23 @@ DeviceState& state() {
   return s;
 }
 
+// What dlerror() says about the last failure, or that it says nothing.
+std::string dl_failure() {
+  const char* why = dlerror();
+  return why != nullptr ? why : "no reason given";
+}
+
 template <typename Function>
 void resolve(void* library, const char* name, Function& out) {
   void* symbol = dlsym(library, name);
-  PAGODA_CHECK(symbol != nullptr, "cuBLASLt has no entry point {}: {}", name, dlerror());
+  PAGODA_CHECK(symbol != nullptr, "cuBLASLt has no entry point {}: {}", name, dl_failure());
   out = reinterpret_cast<Function>(symbol);
 }
 
 BlasLt load_blaslt() {
   const std::string name = "libcublasLt.so." + std::to_string(CUBLAS_VER_MAJOR);
   void* library = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL);  // kept for the process
-  PAGODA_CHECK(library != nullptr, "cannot load cuBLASLt ({}): {}", name, dlerror());
+  PAGODA_CHECK(library != nullptr, "cannot load cuBLASLt ({}): {}", name, dl_failure());
   BlasLt b{};
   resolve(library, "cublasLtCreate", b.create);
   resolve(library, "cublasLtGetStatusString", b.get_status_string);
