@@ -10,8 +10,10 @@
 #include <array>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <memory>
 #include <mutex>
+#include <string_view>
 #include <type_traits>
 #include <unordered_map>
 
@@ -423,6 +425,22 @@ bool first_is_faster(const PlanKey& key, int device, int64_t weight_bytes, float
   return choices[key] = first_ms * (1.0f - allowance) < second_ms;
 }
 
+// For measuring one matrix-vector form against the other inside whole steps: PAGODA_GEMV=cuda or
+// tensor takes that form wherever both apply; unset or auto, the faster alone is timed per shape.
+enum class GemvForm { kTimed, kCudaCores, kTensorCores };
+
+GemvForm gemv_form() {
+  static const GemvForm form = [] {
+    const char* value = std::getenv("PAGODA_GEMV");
+    const std::string_view name = value == nullptr ? "auto" : value;
+    if (name == "auto") return GemvForm::kTimed;
+    if (name == "cuda") return GemvForm::kCudaCores;
+    PAGODA_CHECK(name == "tensor", "PAGODA_GEMV is auto, cuda or tensor, not '{}'", name);
+    return GemvForm::kTensorCores;
+  }();
+  return form;
+}
+
 // Whether the tensor-core matrix-vector kernel should run rather than the CUDA-core one: where
 // both apply, the faster for this shape (CUDA cores tend to win at one row of x, tensor cores
 // beyond), timed once per shape apart from the choice against the GEMM.
@@ -432,6 +450,7 @@ bool prefer_tensor_cores(PlanKey key, int device, int64_t weight_bytes, bool cud
                          TensorCores&& tensor_cores) {
   if (!tensor_cores_apply) return false;
   if (!cuda_cores_apply) return true;
+  if (gemv_form() != GemvForm::kTimed) return gemv_form() == GemvForm::kTensorCores;
   key[8] = 1;
   return !first_is_faster(key, device, weight_bytes, 0.0f, cuda_cores, tensor_cores);
 }
