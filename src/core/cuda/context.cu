@@ -54,18 +54,9 @@ BlasLt load_blaslt() {
   void* library = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL);  // kept for the process
   PAGODA_CHECK(library != nullptr, "cannot load cuBLASLt ({}): {}", name, dl_failure());
   BlasLt b{};
-  resolve(library, "cublasLtCreate", b.create);
-  resolve(library, "cublasLtGetStatusString", b.get_status_string);
-  resolve(library, "cublasLtMatmul", b.matmul);
-  resolve(library, "cublasLtMatmulAlgoGetHeuristic", b.matmul_algo_get_heuristic);
-  resolve(library, "cublasLtMatmulDescCreate", b.matmul_desc_create);
-  resolve(library, "cublasLtMatmulDescDestroy", b.matmul_desc_destroy);
-  resolve(library, "cublasLtMatmulDescSetAttribute", b.matmul_desc_set_attribute);
-  resolve(library, "cublasLtMatmulPreferenceCreate", b.matmul_preference_create);
-  resolve(library, "cublasLtMatmulPreferenceDestroy", b.matmul_preference_destroy);
-  resolve(library, "cublasLtMatmulPreferenceSetAttribute", b.matmul_preference_set_attribute);
-  resolve(library, "cublasLtMatrixLayoutCreate", b.matrix_layout_create);
-  resolve(library, "cublasLtMatrixLayoutDestroy", b.matrix_layout_destroy);
+#define PAGODA_BLASLT_RESOLVE(function, field) resolve(library, #function, b.field);
+  PAGODA_BLASLT_ENTRY_POINTS(PAGODA_BLASLT_RESOLVE)
+#undef PAGODA_BLASLT_RESOLVE
   return b;
 }
 

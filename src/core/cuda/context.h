@@ -25,20 +25,26 @@ namespace pagoda::cuda {
 
 // cuBLASLt's entry points, resolved from libcublasLt.so.<major> the first time a product needs
 // them instead of linked: the library's static initialisation costs every process that links it
-// about 0.4 s at start-up, CPU-only runs and each test process included.
+// about 0.4 s at start-up, CPU-only runs and each test process included. One list gives the
+// struct its fields and the loader its lookups.
+#define PAGODA_BLASLT_ENTRY_POINTS(X)                                      \
+  X(cublasLtCreate, create)                                                \
+  X(cublasLtGetStatusString, get_status_string)                            \
+  X(cublasLtMatmul, matmul)                                                \
+  X(cublasLtMatmulAlgoGetHeuristic, matmul_algo_get_heuristic)             \
+  X(cublasLtMatmulDescCreate, matmul_desc_create)                          \
+  X(cublasLtMatmulDescDestroy, matmul_desc_destroy)                        \
+  X(cublasLtMatmulDescSetAttribute, matmul_desc_set_attribute)             \
+  X(cublasLtMatmulPreferenceCreate, matmul_preference_create)              \
+  X(cublasLtMatmulPreferenceDestroy, matmul_preference_destroy)            \
+  X(cublasLtMatmulPreferenceSetAttribute, matmul_preference_set_attribute) \
+  X(cublasLtMatrixLayoutCreate, matrix_layout_create)                      \
+  X(cublasLtMatrixLayoutDestroy, matrix_layout_destroy)
+
 struct BlasLt {
-  decltype(&cublasLtCreate) create;
-  decltype(&cublasLtGetStatusString) get_status_string;
-  decltype(&cublasLtMatmul) matmul;
-  decltype(&cublasLtMatmulAlgoGetHeuristic) matmul_algo_get_heuristic;
-  decltype(&cublasLtMatmulDescCreate) matmul_desc_create;
-  decltype(&cublasLtMatmulDescDestroy) matmul_desc_destroy;
-  decltype(&cublasLtMatmulDescSetAttribute) matmul_desc_set_attribute;
-  decltype(&cublasLtMatmulPreferenceCreate) matmul_preference_create;
-  decltype(&cublasLtMatmulPreferenceDestroy) matmul_preference_destroy;
-  decltype(&cublasLtMatmulPreferenceSetAttribute) matmul_preference_set_attribute;
-  decltype(&cublasLtMatrixLayoutCreate) matrix_layout_create;
-  decltype(&cublasLtMatrixLayoutDestroy) matrix_layout_destroy;
+#define PAGODA_BLASLT_FIELD(function, field) decltype(&function) field;
+  PAGODA_BLASLT_ENTRY_POINTS(PAGODA_BLASLT_FIELD)
+#undef PAGODA_BLASLT_FIELD
 };
 // Loaded once per process; an Error names the library or the entry point that is missing.
 const BlasLt& blaslt();
