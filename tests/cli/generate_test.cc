@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "cli/cli_test_util.h"
+#include "scratch_dir.h"
 #include "tokenizer/tokenizer.h"
 
 namespace pagoda {
@@ -84,7 +85,8 @@ TEST(GenerateCliTest, JsonPerRequestInBatchOrder) {
 }
 
 TEST(GenerateCliTest, PromptsFile) {
-  const std::string path = ::testing::TempDir() + "pagoda_prompts_" + std::to_string(::getpid());
+  const ScratchDir scratch("prompts");
+  const std::string path = scratch.file("prompts");
   std::ofstream(path) << "[1, 2, 3]\n\n{\"prompt_token_ids\": [4, 5]}\n"
                       << "{\"prompt\": \"ab\"}\n"
                       << "{\"messages\": [{\"role\": \"user\", \"content\": \"c\"}]}\n";
@@ -109,7 +111,6 @@ TEST(GenerateCliTest, PromptsFile) {
   EXPECT_EQ(deep.exit_code, 1);
   EXPECT_NE(deep.err.find(":2: JSON nested deeper than 256"), std::string::npos) << deep.err;
   EXPECT_LT(deep.err.size(), 300u);
-  std::remove(path.c_str());
 }
 
 TEST(GenerateCliTest, BadInputIsOneLineAndNonZero) {
@@ -139,7 +140,8 @@ TEST(GenerateCliTest, BadInputIsOneLineAndNonZero) {
 }
 
 TEST(GenerateCliTest, SeededSamplingIgnoresTheBatch) {
-  const std::string path = ::testing::TempDir() + "pagoda_requests_" + std::to_string(::getpid());
+  const ScratchDir scratch("requests");
+  const std::string path = scratch.file("requests");
   const std::string seeded =
       R"({"prompt_token_ids": [3, 1, 4], "temperature": 1.0, "top_p": 0.9, "seed": 5, )"
       R"("max_tokens": 12, "ignore_eos": true})";
@@ -167,21 +169,19 @@ TEST(GenerateCliTest, SeededSamplingIgnoresTheBatch) {
                       << "\n";
   const CliRun typo = run_generate("--prompts-file " + path);
   EXPECT_NE(typo.err.find("unknown request field 'temprature'"), std::string::npos) << typo.err;
-  std::remove(path.c_str());
 }
 
 // Text and chat prompts, with the byte-level tokenizer fixture (ids are the UTF-8 bytes).
 TEST(GenerateCliTest, TextAndChatPrompts) {
   const std::string tokenizer_dir =
       std::string(PAGODA_SOURCE_DIR) + "/tests/fixtures/byte-tokenizer";
-  const std::string messages =
-      ::testing::TempDir() + "pagoda_messages_" + std::to_string(::getpid());
+  const ScratchDir scratch("messages");
+  const std::string messages = scratch.file("messages");
   std::ofstream(messages) << R"([{"role": "system", "content": "Be brief."}, )"
                           << R"({"role": "user", "content": "Héllo"}])";
   const CliRun run = run_generate("--tokenizer " + tokenizer_dir +
                                   " 'Hi there' --chat --prompt 'Bye' --messages " + messages +
                                   " --max-tokens 5 --ignore-eos --json");
-  std::remove(messages.c_str());
   ASSERT_EQ(run.exit_code, 0) << run.err;
   const Tokenizer tokenizer = Tokenizer::load(tokenizer_dir);
   std::istringstream lines(run.out);
@@ -233,7 +233,8 @@ TEST(GenerateCliTest, TheEmbeddedModelChatsAndTheTemplateCanBeReplaced) {
   EXPECT_EQ(nlohmann::json::parse(chat.out)["prompt_token_ids"].get<std::vector<int32_t>>(),
             tokenizer.encode("And God said"));
 
-  const std::string file = ::testing::TempDir() + "pagoda_template_" + std::to_string(::getpid());
+  const ScratchDir scratch("template");
+  const std::string file = scratch.file("template");
   std::ofstream(file) << "{{ bos_token }}Thus: {{ messages[0]['content'] }}";
   // Inline, also longer than a file name may be (a Jinja comment of 300 bytes in it).
   for (const std::string& given :
@@ -247,7 +248,6 @@ TEST(GenerateCliTest, TheEmbeddedModelChatsAndTheTemplateCanBeReplaced) {
               tokenizer.encode("Thus: And God said"))
         << given;
   }
-  std::remove(file.c_str());
   const CliRun missing = run_pagoda("generate --chat hi --chat-template /no/such/file");
   EXPECT_EQ(missing.exit_code, 1);
   EXPECT_NE(missing.err.find("--chat-template: no file '/no/such/file'"), std::string::npos)
@@ -296,22 +296,21 @@ TEST(GenerateCliTest, Fp8Checkpoints) {
 
 TEST(GenerateCliTest, DummyWeightsNeedNoCheckpoint) {
   // A directory holding only the config of a fixture: no weights.
-  const std::string dir = ::testing::TempDir() + "pagoda_dummy_" + std::to_string(::getpid());
-  std::system(("mkdir -p " + dir).c_str());
+  const ScratchDir scratch("dummy");
+  const std::string& dir = scratch.path();
   std::ofstream(dir + "/config.json")
       << read_file(std::string(PAGODA_SOURCE_DIR) + "/tests/fixtures/qwen3-tiny/config.json");
   const std::string base = std::string(PAGODA_BINARY) + " generate --model " + dir +
                            " --prompt-ids 1,2,3 --max-tokens 3 --ignore-eos";
   EXPECT_EQ(std::system((base + " --load-format dummy >/dev/null 2>&1").c_str()), 0);
   EXPECT_NE(std::system((base + " >/dev/null 2>&1").c_str()), 0);  // no checkpoint there
-  std::system(("rm -rf " + dir).c_str());
 }
 
 // Sizes each within the config reader's bounds whose products pass 64 bits (a 2^40-token
 // vocabulary of 2^24-wide embeddings) end in one line, not in a tensor whose size wrapped around.
 TEST(GenerateCliTest, ConfigSizesPast64BitsFailInOneLine) {
-  const std::string dir = ::testing::TempDir() + "pagoda_huge_" + std::to_string(::getpid());
-  std::system(("mkdir -p " + dir).c_str());
+  const ScratchDir scratch("huge");
+  const std::string& dir = scratch.path();
   nlohmann::json config = nlohmann::json::parse(
       read_file(std::string(PAGODA_SOURCE_DIR) + "/tests/fixtures/llama-tiny/config.json"));
   config["vocab_size"] = int64_t{1} << 40;
@@ -325,7 +324,6 @@ TEST(GenerateCliTest, ConfigSizesPast64BitsFailInOneLine) {
   EXPECT_EQ(run.exit_code, 1) << run.err;
   EXPECT_NE(run.err.find("64-bit"), std::string::npos) << run.err;
   EXPECT_EQ(std::count(run.err.begin(), run.err.end(), '\n'), 1) << run.err;
-  std::system(("rm -rf " + dir).c_str());
 }
 
 // Fields the model's layers read (epsilons, scales, rope parameters) with a null, a missing or a
@@ -347,8 +345,8 @@ TEST(GenerateCliTest, ModelFieldsOfTheWrongTypeFailInOneLine) {
       {"mimo-tiny", "attention_value_scale", nlohmann::json::array({1}), false,
        "attention_value_scale"},
   };
-  const std::string dir = ::testing::TempDir() + "pagoda_fields_" + std::to_string(::getpid());
-  std::system(("mkdir -p " + dir).c_str());
+  const ScratchDir scratch("fields");
+  const std::string& dir = scratch.path();
   for (const Case& c : cases) {
     nlohmann::json config = nlohmann::json::parse(read_file(
         std::string(PAGODA_SOURCE_DIR) + "/tests/fixtures/" + c.fixture + "/config.json"));
@@ -369,7 +367,6 @@ TEST(GenerateCliTest, ModelFieldsOfTheWrongTypeFailInOneLine) {
     EXPECT_NE(run.err.find(c.expected), std::string::npos) << what << ": " << run.err;
     EXPECT_EQ(std::count(run.err.begin(), run.err.end(), '\n'), 1) << what << ": " << run.err;
   }
-  std::system(("rm -rf " + dir).c_str());
 }
 
 // In `dir`'s model.safetensors, the first value of the first tensor `pick` accepts (given its name
@@ -403,7 +400,8 @@ std::string bytes_of(T value) {
 // An FP8 block scale of 0, below 0 or not finite is refused at load, naming the scale tensor.
 TEST(GenerateCliTest, Fp8ScalesMustBeFiniteAndPositive) {
   const std::string fixture = std::string(PAGODA_SOURCE_DIR) + "/tests/fixtures/llama-fp8-tiny";
-  const std::string dir = ::testing::TempDir() + "pagoda_scale_" + std::to_string(::getpid());
+  const ScratchDir scratch("scale");
+  const std::string dir = scratch.file("checkpoint");
   const std::string scale = "model.layers.1.mlp.up_proj.weight_scale_inv";
   for (const float bad : {0.0f, -1.0f, std::numeric_limits<float>::infinity()}) {
     std::system(("rm -rf " + dir + " && cp -r " + fixture + " " + dir).c_str());
@@ -418,7 +416,6 @@ TEST(GenerateCliTest, Fp8ScalesMustBeFiniteAndPositive) {
     EXPECT_NE(run.err.find(name), std::string::npos) << run.err;
     EXPECT_NE(run.err.find("finite and positive"), std::string::npos) << run.err;
   }
-  std::system(("rm -rf " + dir).c_str());
 }
 
 // A checkpoint with one NaN weight runs unless --check-weights asks for every weight to be read
@@ -427,7 +424,8 @@ TEST(GenerateCliTest, Fp8ScalesMustBeFiniteAndPositive) {
 TEST(GenerateCliTest, CheckWeightsRefusesNaN) {
   for (const std::string fixture_name : {"llama-tiny", "llama-fp8-tiny"}) {
     const std::string fixture = std::string(PAGODA_SOURCE_DIR) + "/tests/fixtures/" + fixture_name;
-    const std::string dir = ::testing::TempDir() + "pagoda_nan_" + std::to_string(::getpid());
+    const ScratchDir scratch("nan");
+    const std::string dir = scratch.file("checkpoint");
     std::system(("rm -rf " + dir + " && cp -r " + fixture + " " + dir).c_str());
     const bool fp8 = fixture_name == "llama-fp8-tiny";
     const std::string name = overwrite_first_value(
@@ -452,7 +450,6 @@ TEST(GenerateCliTest, CheckWeightsRefusesNaN) {
                   .exit_code,
               0)
         << fixture_name;
-    std::system(("rm -rf " + dir).c_str());
   }
 }
 
@@ -464,7 +461,8 @@ TEST(GenerateCliTest, MiMoRouterNaNRanksLast) {
   const std::string bias = "model.layers.1.mlp.gate.e_score_correction_bias";
   std::vector<std::string> outputs;
   for (const uint32_t bits : {0x7FC00000u, 0xFF800000u}) {  // NaN, -infinity
-    const std::string dir = ::testing::TempDir() + "pagoda_router_" + std::to_string(::getpid());
+    const ScratchDir scratch("router");
+    const std::string dir = scratch.file("checkpoint");
     std::system(("rm -rf " + dir + " && cp -r " + fixture + " " + dir).c_str());
     overwrite_first_value(
         dir, [&](const std::string& n, const std::string&) { return n == bias; },
@@ -476,7 +474,6 @@ TEST(GenerateCliTest, MiMoRouterNaNRanksLast) {
         run_pagoda("generate --model " + dir + " --prompt-ids 1,2,3,4,5 --max-tokens 8");
     EXPECT_EQ(run.exit_code, 0) << run.err;
     outputs.push_back(run.out);
-    std::system(("rm -rf " + dir).c_str());
   }
   EXPECT_FALSE(outputs[0].empty());
   EXPECT_EQ(outputs[0], outputs[1]);

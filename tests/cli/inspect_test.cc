@@ -2,7 +2,11 @@
 
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <fstream>
+
 #include "cli/cli_test_util.h"
+#include "scratch_dir.h"
 
 namespace pagoda {
 namespace {
@@ -13,11 +17,11 @@ std::string example(const std::string& name) {
   return std::string(PAGODA_SOURCE_DIR) + "/examples/configs/" + name;
 }
 
-// A directory with config.json holding `text`.
-std::string config_dir(const std::string& name, const std::string& text) {
-  const std::string dir =
-      ::testing::TempDir() + "pagoda_inspect_" + std::to_string(::getpid()) + "_" + name;
-  std::system(("mkdir -p " + dir).c_str());
+// The directory `name` in `scratch`, with config.json holding `text`.
+std::string config_dir(const ScratchDir& scratch, const std::string& name,
+                       const std::string& text) {
+  const std::string dir = scratch.file(name);
+  std::filesystem::create_directories(dir);
   std::ofstream(dir + "/config.json") << text;
   return dir;
 }
@@ -112,22 +116,27 @@ TEST(InspectCliTest, BadInputIsOneLineAndNonZero) {
   const std::string llama = R"({"architectures": ["LlamaForCausalLM"], "hidden_size": 64,
       "num_attention_heads": 4, "num_hidden_layers": 2, "max_position_embeddings": 64,
       "vocab_size": 10)";
+  const ScratchDir scratch("inspect");
   const Case cases[] = {
       {"missing directory", "--model /nonexistent/model", "/nonexistent/model/config.json"},
-      {"malformed JSON", "--model " + config_dir("malformed", "{\"architectures\": ["),
+      {"malformed JSON", "--model " + config_dir(scratch, "malformed", "{\"architectures\": ["),
        "malformed JSON"},
       {"a number no double holds",
-       "--model " + config_dir("overflow", llama + R"(, "rope_theta": 1e309})"), "number overflow"},
+       "--model " + config_dir(scratch, "overflow", llama + R"(, "rope_theta": 1e309})"),
+       "number overflow"},
       {"deep nesting",
-       "--model " + config_dir("deep", llama + R"(, "rope_scaling": )" + std::string(100000, '[') +
-                                           std::string(100000, ']') + "}"),
+       "--model " + config_dir(scratch, "deep",
+                               llama + R"(, "rope_scaling": )" + std::string(100000, '[') +
+                                   std::string(100000, ']') + "}"),
        "nested deeper than 256"},
-      {"wrong type", "--model " + config_dir("type", llama + R"(, "num_key_value_heads": "2"})"),
+      {"wrong type",
+       "--model " + config_dir(scratch, "type", llama + R"(, "num_key_value_heads": "2"})"),
        "field 'num_key_value_heads' must be an integer"},
-      {"zero heads", "--model " + config_dir("zero", llama + R"(, "num_key_value_heads": 0})"),
+      {"zero heads",
+       "--model " + config_dir(scratch, "zero", llama + R"(, "num_key_value_heads": 0})"),
        "field 'num_key_value_heads' is 0"},
       {"unsupported architecture",
-       "--model " + config_dir("arch", R"({"architectures": ["BertModel"]})"),
+       "--model " + config_dir(scratch, "arch", R"({"architectures": ["BertModel"]})"),
        "unsupported architecture 'BertModel'"},
       {"assistant alone", "--model " + example("gemma-4-e4b-assistant"), "only runs as a drafter"},
       {"too little memory", "--model " + example("llama-3-8b") + " --kv-cache-memory 1MiB",
@@ -168,7 +177,8 @@ TEST(InspectCliTest, FixturesShowSharedLayersFreeAndTheDrafterPadded) {
   EXPECT_GT(plan["layers"][3]["bytes_per_token"].get<int64_t>(), 0);
 
   // mimo-tiny with a drafter whose heads are smaller (16/16 against 24/16).
-  const std::string drafter = config_dir("small_drafter", R"({
+  const ScratchDir scratch("inspect");
+  const std::string drafter = config_dir(scratch, "small_drafter", R"({
       "architectures": ["MiMoV2FlashForCausalLM"], "hidden_size": 48, "intermediate_size": 64,
       "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 1,
       "head_dim": 16, "v_head_dim": 16, "layer_types": ["full_attention", "sliding_attention"],

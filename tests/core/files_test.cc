@@ -8,6 +8,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "scratch_dir.h"
 
 namespace pagoda {
 namespace {
@@ -46,8 +47,8 @@ TEST(JsonDepthTest, CountsOnlyStructure) {
 // read for ever and a FIFO would block the open. None of these may hang or throw anything but
 // Error; path checks never throw at all.
 TEST(FilesTest, OnlyRegularFilesAreRead) {
-  const std::string dir = ::testing::TempDir() + "pagoda_files_" + std::to_string(::getpid());
-  ASSERT_EQ(::mkdir(dir.c_str(), 0700), 0);
+  const testing::ScratchDir scratch("files");
+  const std::string& dir = scratch.path();
   const std::string fifo = dir + "/config.json";
   ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
   const std::string zero = dir + "/tokenizer.json";
@@ -70,9 +71,6 @@ TEST(FilesTest, OnlyRegularFilesAreRead) {
   // A name longer than the system allows is one that does not exist.
   EXPECT_FALSE(path_exists(std::string(300, 'x')));
   EXPECT_FALSE(is_regular_file_path(dir + "/" + std::string(300, 'x')));
-  for (const std::string& path : {fifo, zero, text})
-    ::unlink(path.c_str());
-  ::rmdir(dir.c_str());
 }
 
 }  // namespace

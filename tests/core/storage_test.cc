@@ -2,14 +2,13 @@
 
 #include <gtest/gtest.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
-#include <cstdio>
 #include <fstream>
 #include <string>
 
 #include "core/error.h"
 #include "core/tensor.h"
+#include "scratch_dir.h"
 
 namespace pagoda {
 namespace {
@@ -31,13 +30,12 @@ TEST(StorageTest, HostStorageIsAlignedAndZeroed) {
 class MappedFileTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    path_ = ::testing::TempDir() + "pagoda_mapped_file_test.bin";
     std::ofstream out(path_, std::ios::binary);
     const float values[] = {1.5f, -2.0f, 3.25f, 0.0f};
     out.write(reinterpret_cast<const char*>(values), sizeof(values));
   }
-  void TearDown() override { std::remove(path_.c_str()); }
-  std::string path_;
+  testing::ScratchDir scratch_{"mapped_file"};
+  std::string path_ = scratch_.file("weights.bin");
 };
 
 TEST_F(MappedFileTest, MapsReadOnly) {
@@ -64,10 +62,10 @@ TEST(StorageTest, MissingFileNamesThePath) {
   }
   EXPECT_THROW(map_file_read_only(::testing::TempDir()), Error);  // a directory
   // A FIFO (a shard a hostile index names) is refused at once instead of blocking the open.
-  const std::string fifo = ::testing::TempDir() + "pagoda_fifo_" + std::to_string(::getpid());
+  const testing::ScratchDir scratch("fifo");
+  const std::string fifo = scratch.file("weights.safetensors");
   ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
   EXPECT_THROW(map_file_read_only(fifo), Error);
-  ::unlink(fifo.c_str());
 }
 
 TEST(StorageTest, CopyBytesBetweenHostStorages) {

@@ -2,11 +2,11 @@
 
 #include <gtest/gtest.h>
 
-#include <filesystem>
 #include <nlohmann/json.hpp>
 
 #include "cli/cli_test_util.h"
 #include "core/error.h"
+#include "scratch_dir.h"
 
 namespace pagoda {
 namespace {
@@ -73,15 +73,14 @@ TEST(SpeculativeConfigTest, BadCombinationsAreRefusedWithTheirReason) {
   const std::string tiny_assistant =
       R"({"model": ")" + kFixtures + R"(gemma4-assistant-tiny", "num_speculative_tokens": 2})";
   EXPECT_EQ(error_of(tiny_assistant, kFixtures + "gemma4-tiny"), "no error");
-  const std::string wide = ::testing::TempDir() + "pagoda_wide_" + std::to_string(::getpid());
-  std::filesystem::create_directories(wide);
+  const testing::ScratchDir scratch("wide");
+  const std::string& wide = scratch.path();
   nlohmann::json config = nlohmann::json::parse(read_file(kFixtures + "gemma4-tiny/config.json"));
   config["hidden_size"] = 96;
   std::ofstream(wide + "/config.json") << config.dump();
   EXPECT_NE(error_of(tiny_assistant, wide)
                 .find("the assistant is built for a target of hidden size 64, the target's is 96"),
             std::string::npos);
-  std::filesystem::remove_all(wide);
   EXPECT_NE(error_of(R"({"num_speculative_tokens": 2})", kFixtures + "llama-tiny")
                 .find("no assistant at"),
             std::string::npos);

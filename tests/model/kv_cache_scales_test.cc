@@ -5,7 +5,6 @@
 // scales; a scale that is not finite and positive (or is subnormal) is refused, naming the tensor.
 #include <gtest/gtest.h>
 
-#include <unistd.h>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -17,6 +16,7 @@
 #include "engine/speculative_config.h"
 #include "model/arch/gemma4_assistant.h"
 #include "model/fixtures.h"
+#include "scratch_dir.h"
 
 namespace pagoda {
 namespace {
@@ -25,13 +25,11 @@ using namespace pagoda::testing;
 
 // The checkpoint `name` (llama-tiny unless given) beside a second file holding `scales` (name ->
 // value, stored as one-element f32 tensors of shape []), joined by an index, in a fresh directory.
-std::string checkpoint_with(const std::map<std::string, float>& scales,
-                            const std::string& name = "llama-tiny") {
-  static int made = 0;
+ScratchDir checkpoint_with(const std::map<std::string, float>& scales,
+                           const std::string& name = "llama-tiny") {
   const std::string source = checkpoint_dir(name);
-  const std::string dir = ::testing::TempDir() + "pagoda_kv_scales_" + std::to_string(::getpid()) +
-                          "_" + std::to_string(made++);
-  std::filesystem::create_directories(dir);
+  ScratchDir scratch("kv_scales");
+  const std::string& dir = scratch.path();
   for (const char* file : {"config.json", "model.safetensors"})
     std::filesystem::copy_file(source + "/" + file, dir + "/" + file);
   std::ifstream in(source + "/model.safetensors", std::ios::binary);
@@ -61,7 +59,7 @@ std::string checkpoint_with(const std::map<std::string, float>& scales,
   out.write(reinterpret_cast<const char*>(&header_length), 8);
   out << header_text << data;
   std::ofstream(dir + "/model.safetensors.index.json") << index.dump();
-  return dir;
+  return scratch;
 }
 
 // The prompt log-probabilities of llama-tiny's reference prompts from the checkpoint in `dir`,
@@ -108,16 +106,17 @@ TEST(KvCacheScalesTest, AreReadAndUsedByAnFp8Cache) {
     ones[prefix + "k_scale"] = ones[prefix + "v_scale"] = 1.0f;
     tiny[prefix + "kv_scale"] = 1e-3f;
   }
-  EXPECT_EQ(largest_difference(prompt_logprobs(checkpoint_with(ones), DType::kF8E4M3), fp8), 0.0);
-  const std::string saturating = checkpoint_with(tiny);
-  EXPECT_GT(largest_difference(prompt_logprobs(saturating, DType::kF8E4M3), fp8), 0.1);
-  EXPECT_EQ(largest_difference(prompt_logprobs(saturating, DType::kBF16), bf16), 0.0);
+  EXPECT_EQ(largest_difference(prompt_logprobs(checkpoint_with(ones).path(), DType::kF8E4M3), fp8),
+            0.0);
+  const ScratchDir saturating = checkpoint_with(tiny);
+  EXPECT_GT(largest_difference(prompt_logprobs(saturating.path(), DType::kF8E4M3), fp8), 0.1);
+  EXPECT_EQ(largest_difference(prompt_logprobs(saturating.path(), DType::kBF16), bf16), 0.0);
 
   // Negative, and subnormal (whose inverse, which the cache is written with, is infinite).
   for (const float bad : {-2.0f, 1e-40f}) {
-    const std::string refused = checkpoint_with({{"model.layers.1.self_attn.v_scale", bad}});
+    const ScratchDir refused = checkpoint_with({{"model.layers.1.self_attn.v_scale", bad}});
     try {
-      prompt_logprobs(refused, DType::kF8E4M3);
+      prompt_logprobs(refused.path(), DType::kF8E4M3);
       ADD_FAILURE() << "a KV cache scale of " << bad << " was accepted";
     } catch (const Error& error) {
       EXPECT_NE(std::string(error.what()).find("model.layers.1.self_attn.v_scale"),
@@ -139,7 +138,8 @@ TEST(KvCacheScalesTest, TheAssistantReadsWithItsTargetsScales) {
     scales[prefix + "k_scale"] = 0.5f + 0.25f * static_cast<float>(i);
     scales[prefix + "v_scale"] = 2.0f + 0.5f * static_cast<float>(i);
   }
-  const std::string dir = checkpoint_with(scales, "kjv-gemma4");
+  const ScratchDir scratch = checkpoint_with(scales, "kjv-gemma4");
+  const std::string& dir = scratch.path();
   const ModelConfig config = load_model_config(dir);
   WeightSource weights = WeightSource::from_checkpoint(dir);
   std::unique_ptr<CausalLm> target = build_causal_lm(config, weights);

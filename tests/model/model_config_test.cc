@@ -2,7 +2,6 @@
 
 #include <gtest/gtest.h>
 
-#include <unistd.h>
 #include <nlohmann/json.hpp>
 
 #include <cstdio>
@@ -10,6 +9,7 @@
 #include <fstream>
 
 #include "core/error.h"
+#include "scratch_dir.h"
 
 namespace pagoda {
 namespace {
@@ -283,8 +283,8 @@ TEST(ModelConfigTest, Gemma4SharingErrors) {
 
 TEST(ModelConfigTest, FilesAndMalformedJson) {
   EXPECT_THROW(load_model_config("/nonexistent/model"), Error);
-  const std::string dir = ::testing::TempDir() + "pagoda_config_" + std::to_string(::getpid());
-  std::system(("mkdir -p " + dir).c_str());
+  const testing::ScratchDir scratch("config");
+  const std::string& dir = scratch.path();
   {
     std::FILE* file = std::fopen((dir + "/config.json").c_str(), "w");
     std::fputs("{\"architectures\": [\"LlamaForCausalLM\"], ", file);
@@ -296,8 +296,6 @@ TEST(ModelConfigTest, FilesAndMalformedJson) {
   } catch (const Error& error) {
     EXPECT_NE(std::string(error.what()).find("malformed JSON"), std::string::npos);
   }
-  std::remove((dir + "/config.json").c_str());
-  std::remove(dir.c_str());
 }
 
 }  // namespace

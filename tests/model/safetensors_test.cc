@@ -1,25 +1,18 @@
 #include "model/safetensors.h"
 
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <cstring>
-#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "scratch_dir.h"
 
 namespace pagoda {
 namespace {
 
-// A scratch directory per test process.
-std::string scratch_dir(const std::string& name) {
-  const std::string dir =
-      ::testing::TempDir() + "pagoda_st_" + std::to_string(::getpid()) + "_" + name;
-  std::filesystem::create_directories(dir);
-  return dir;
-}
+using testing::ScratchDir;
 
 // Writes a safetensors file from a header and raw data (the header length is computed unless
 // `length_override` is given).
@@ -52,7 +45,8 @@ void expect_open_error(const std::string& path, const std::vector<std::string>& 
 }
 
 TEST(SafetensorsTest, ReadsTensors) {
-  const std::string path = scratch_dir("ok") + "/model.safetensors";
+  const ScratchDir scratch("st_ok");
+  const std::string path = scratch.file("model.safetensors");
   const nlohmann::json header = {
       {"__metadata__", {{"format", "pt"}}},
       {"a", {{"dtype", "F32"}, {"shape", {2, 2}}, {"data_offsets", {0, 16}}}},
@@ -83,7 +77,8 @@ TEST(SafetensorsTest, ReadsTensors) {
 }
 
 TEST(SafetensorsTest, MalformedFilesAreClearErrors) {
-  const std::string dir = scratch_dir("bad");
+  const ScratchDir scratch("st_bad");
+  const std::string& dir = scratch.path();
   const std::string data = float_bytes({1, 2, 3, 4});
   auto header_with = [](const nlohmann::json& a) { return nlohmann::json{{"a", a}}.dump(); };
   const nlohmann::json good = {{"dtype", "F32"}, {"shape", {4}}, {"data_offsets", {0, 16}}};
@@ -176,7 +171,8 @@ TEST(SafetensorsTest, MalformedFilesAreClearErrors) {
 }
 
 TEST(CheckpointTest, ShardedIndex) {
-  const std::string dir = scratch_dir("sharded");
+  const ScratchDir scratch("st_sharded");
+  const std::string& dir = scratch.path();
   write_file(
       dir + "/part-1.safetensors",
       nlohmann::json{{"x", {{"dtype", "F32"}, {"shape", {2}}, {"data_offsets", {0, 8}}}}}.dump(),
@@ -202,7 +198,7 @@ TEST(CheckpointTest, ShardedIndex) {
   EXPECT_THROW(Checkpoint::open(dir), Error);  // missing shard
   write_index({{"x", "../part-1.safetensors"}});
   EXPECT_THROW(Checkpoint::open(dir), Error);  // not a file in the directory
-  EXPECT_THROW(Checkpoint::open(scratch_dir("empty")), Error);
+  EXPECT_THROW(Checkpoint::open(ScratchDir("st_empty").path()), Error);
 }
 
 }  // namespace

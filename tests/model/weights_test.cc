@@ -4,11 +4,11 @@
 
 #include <algorithm>
 #include <cstring>
-#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "scratch_dir.h"
 
 namespace pagoda {
 namespace {
@@ -47,9 +47,8 @@ TEST(WeightsTest, BindsByNameAndShape) {
 // Integer tensors are read as such, and refused where a weight is wanted: at load, naming the
 // tensor, not inside a kernel.
 TEST(WeightsTest, DtypesAreCheckedAtLoad) {
-  const std::string dir =
-      ::testing::TempDir() + "pagoda_weights_dtypes_" + std::to_string(::getpid());
-  std::filesystem::create_directories(dir);
+  const testing::ScratchDir scratch("weights_dtypes");
+  const std::string& dir = scratch.path();
   const nlohmann::json header = {
       {"ids", {{"dtype", "I64"}, {"shape", {3}}, {"data_offsets", {0, 24}}}},
       {"mask", {{"dtype", "I32"}, {"shape", {2}}, {"data_offsets", {24, 32}}}}};
@@ -75,7 +74,6 @@ TEST(WeightsTest, DtypesAreCheckedAtLoad) {
   }
   EXPECT_EQ(WeightSource::dummy(DType::kBF16, 1).get_int64("ids", {3}),
             (std::vector<int64_t>{0, 1, 2}));
-  std::filesystem::remove_all(dir);
 }
 
 TEST(WeightsTest, DummyWeightsAreSeededAndShaped) {
@@ -215,8 +213,8 @@ TEST(WeightsTest, QuantizesProjectionsAtLoad) {
 
 // A checkpoint's FP8 tensor needs its scale, of the shape its blocks give.
 TEST(WeightsTest, Fp8ScalesAreChecked) {
-  const std::string dir = ::testing::TempDir() + "pagoda_weights_fp8_" + std::to_string(::getpid());
-  std::filesystem::create_directories(dir);
+  const testing::ScratchDir scratch("weights_fp8");
+  const std::string& dir = scratch.path();
   // The header, then `bytes` of data: zeros, but the last `scales` f32 values are 1.
   const auto write = [&](const nlohmann::json& header, int64_t bytes, int64_t scales = 0) {
     const std::string text = header.dump();
@@ -259,7 +257,6 @@ TEST(WeightsTest, Fp8ScalesAreChecked) {
   WeightSource good = WeightSource::from_checkpoint(dir);
   good.set_quantization(quantization);
   EXPECT_EQ(good.get_weight("w.weight", {32, 16}).scales.shape(), (Shape{2, 1}));
-  std::filesystem::remove_all(dir);
 }
 
 }  // namespace
