@@ -122,16 +122,6 @@ uint16_t f32_to_f16(float value) {
   return static_cast<uint16_t>(sign | rebased);
 }
 
-float e4m3_to_f32(uint8_t bits) {
-  const float sign = (bits & 0x80u) != 0 ? -1.0f : 1.0f;
-  const int exponent = (bits >> 3) & 0xf;
-  const int mantissa = bits & 0x7;
-  if (exponent == 0xf && mantissa == 0x7) return std::numeric_limits<float>::quiet_NaN();
-  // Subnormals are mantissa / 8 * 2^-6; normals (1 + mantissa / 8) * 2^(exponent - 7).
-  if (exponent == 0) return sign * std::ldexp(static_cast<float>(mantissa), -9);
-  return sign * std::ldexp(static_cast<float>(8 + mantissa), exponent - 10);
-}
-
 uint8_t f32_to_e4m3(float value) {
   if (std::isnan(value)) return 0x7f;
   const uint8_t sign = std::signbit(value) ? 0x80u : 0x00u;

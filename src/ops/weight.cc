@@ -1,7 +1,6 @@
 #include "ops/weight.h"
 
 #include <algorithm>
-#include <array>
 #include <cmath>
 
 #include "core/error.h"
@@ -164,18 +163,12 @@ void dequantize_rows(const Weight& weight, int64_t first, int64_t count, float* 
   const int64_t width = weight.scales.size(1);
   const uint8_t* values = weight.values.data<uint8_t>();
   const float* scales = weight.scales.data<float>();
-  static const std::array<float, 256> kValues = [] {
-    std::array<float, 256> table{};
-    for (int bits = 0; bits < 256; ++bits)
-      table[bits] = e4m3_to_f32(static_cast<uint8_t>(bits));
-    return table;
-  }();
   ThreadPool::global().parallel_for(count, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
       const int64_t row = first + i;
       const float* row_scales = scales + row / weight.block_rows * width;
       for (int64_t c = 0; c < k; ++c)
-        out[i * k + c] = kValues[values[row * k + c]] * row_scales[c / weight.block_cols];
+        out[i * k + c] = e4m3_to_f32(values[row * k + c]) * row_scales[c / weight.block_cols];
     }
   });
 }

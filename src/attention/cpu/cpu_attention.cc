@@ -61,8 +61,7 @@ float attend(const AttentionLayerParams& p, const float* q, int64_t kv_head, int
         view.raw_data() + (block * view.stride(0) + (local % block_size) * view.stride(1) +
                            kv_head * view.stride(2)) *
                               element;
-    for (int64_t d = 0; d < dim; ++d)
-      key_row[d] = cpu::load_float(src + d * element, dtype) * scale;
+    cpu::load_floats(src, dtype, dim, scale, key_row.data());
   };
   const float k_scale = cache_scale(dtype, p.k_scale);
   const float v_scale = cache_scale(dtype, p.v_scale);

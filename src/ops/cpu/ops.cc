@@ -38,6 +38,29 @@ float load_float(const std::byte* element, DType dtype) {
   }
 }
 
+void load_floats(const std::byte* src, DType dtype, int64_t count, float scale, float* out) {
+  // Each element through `widen`, from a value of `Bits` read unaligned.
+  const auto convert = [&]<typename Bits>(auto widen) {
+    for (int64_t i = 0; i < count; ++i) {
+      Bits bits;
+      std::memcpy(&bits, src + i * sizeof(Bits), sizeof(Bits));
+      out[i] = widen(bits) * scale;
+    }
+  };
+  switch (dtype) {
+    case DType::kF32:
+      return convert.operator()<float>([](float value) { return value; });
+    case DType::kF16:
+      return convert.operator()<uint16_t>([](uint16_t bits) { return f16_to_f32(bits); });
+    case DType::kBF16:
+      return convert.operator()<uint16_t>([](uint16_t bits) { return bf16_to_f32(bits); });
+    case DType::kF8E4M3:
+      return convert.operator()<uint8_t>([](uint8_t bits) { return e4m3_to_f32(bits); });
+    default:
+      PAGODA_CHECK(false, "load_floats of {}", dtype_name(dtype));
+  }
+}
+
 void store_float(std::byte* element, DType dtype, float value) {
   switch (dtype) {
     case DType::kF32:

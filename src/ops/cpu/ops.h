@@ -39,9 +39,12 @@ void log_softmax(const Tensor& logits, const Tensor& out);
 void centroid_masked_logits(const Tensor& hidden, const Tensor& lm_head, const Tensor& scores,
                             const Tensor& token_ordering, int64_t top_k, const Tensor& out);
 
-// Widens a row of a float tensor of any dtype to f32.
+// One element of a float tensor of any dtype as f32, and back (narrowing as dtype.h's conversions).
 float load_float(const std::byte* element, DType dtype);
 void store_float(std::byte* element, DType dtype, float value);
+// `count` consecutive elements of `dtype` from `src`, widened and times `scale`, into `out`: the
+// dtype is looked at once per row rather than once per element.
+void load_floats(const std::byte* src, DType dtype, int64_t count, float scale, float* out);
 // Every element of a contiguous float tensor (small ones: scales, biases, sinks) as f32.
 std::vector<float> to_floats(const Tensor& t);
 
