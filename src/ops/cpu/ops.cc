@@ -18,26 +18,6 @@ void check_rows(const Tensor& t, const char* what) {
 
 }  // namespace
 
-float load_float(const std::byte* element, DType dtype) {
-  switch (dtype) {
-    case DType::kF32: {
-      float value;
-      std::memcpy(&value, element, 4);
-      return value;
-    }
-    case DType::kF16:
-    case DType::kBF16: {
-      uint16_t bits;
-      std::memcpy(&bits, element, 2);
-      return dtype == DType::kF16 ? f16_to_f32(bits) : bf16_to_f32(bits);
-    }
-    case DType::kF8E4M3:
-      return e4m3_to_f32(static_cast<uint8_t>(*element));
-    default:
-      PAGODA_CHECK(false, "load_float of {}", dtype_name(dtype));
-  }
-}
-
 void load_floats(const std::byte* src, DType dtype, int64_t count, float scale, float* out) {
   // Each element through `widen`, from a value of `Bits` read unaligned.
   const auto convert = [&]<typename Bits>(auto widen) {
@@ -59,6 +39,12 @@ void load_floats(const std::byte* src, DType dtype, int64_t count, float scale, 
     default:
       PAGODA_CHECK(false, "load_floats of {}", dtype_name(dtype));
   }
+}
+
+float load_float(const std::byte* element, DType dtype) {
+  float value;
+  load_floats(element, dtype, 1, 1.0f, &value);
+  return value;
 }
 
 void store_float(std::byte* element, DType dtype, float value) {
