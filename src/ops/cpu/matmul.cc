@@ -7,6 +7,7 @@
 #include <mutex>
 
 #include "core/thread_pool.h"
+#include "ops/cpu/ops.h"
 
 namespace pagoda::cpu {
 namespace {
@@ -33,14 +34,8 @@ void widen_rows(const Weight& quantized, int64_t first_row, int64_t rows, float*
   if (quantized.quantized()) return dequantize_rows(quantized, first_row, rows, out);
   const Tensor& weight = quantized.values;
   const int64_t k = weight.size(1);
-  const uint16_t* source = weight.data<uint16_t>() + first_row * k;
-  if (weight.dtype() == DType::kBF16) {
-    for (int64_t i = 0; i < rows * k; ++i)
-      out[i] = bf16_to_f32(source[i]);
-  } else {
-    for (int64_t i = 0; i < rows * k; ++i)
-      out[i] = f16_to_f32(source[i]);
-  }
+  load_floats(weight.raw_data() + first_row * k * weight.element_size(), weight.dtype(), rows * k,
+              1.0f, out);
 }
 
 // A thread's widened tile, kept from one product to the next.

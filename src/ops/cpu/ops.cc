@@ -73,9 +73,7 @@ void store_float(std::byte* element, DType dtype, float value) {
 std::vector<float> to_floats(const Tensor& input) {
   const Tensor t = input.device().is_cpu() ? input.contiguous() : input.to(Device::cpu());
   std::vector<float> values(t.numel());
-  for (int64_t i = 0; i < t.numel(); ++i) {
-    values[i] = load_float(t.raw_data() + i * t.element_size(), t.dtype());
-  }
+  load_floats(t.raw_data(), t.dtype(), t.numel(), 1.0f, values.data());
   return values;
 }
 
