@@ -175,13 +175,17 @@ bool wide_decode(int64_t pairs) {
   return pairs <= multiprocessor_count();
 }
 
-// KV splits per decoding (sequence, KV head): when there are fewer pairs than multiprocessors,
-// enough splits to give each one a CTA, each at least kMinKeysPerSplit keys long. Filling every
-// resident slot instead (two CTAs a multiprocessor) measured slower: the split merge costs more
-// than the second CTA gains.
+// KV splits per decoding (sequence, KV head): when there are fewer pairs than half the
+// multiprocessors, enough splits to give half of them a CTA each, each split at least
+// kMinKeysPerSplit keys long. Aiming at every multiprocessor measured faster for a lone kernel at
+// batch 1 and 16k keys (H100: 29.8 against 33.1 us) but slower in the model's steps, where under
+// dependent launch the next kernel's CTAs start on multiprocessors that attention leaves free
+// (Llama-3-8B shape, batch 1, H100: decode step at 4k tokens 6.10 -> 5.83 ms, a 5-row verify at
+// 512 tokens 6.45 -> 6.06 ms; docs/performance.md). Filling every resident slot (two CTAs a
+// multiprocessor) measured slower still: the split merge costs more than the second CTA gains.
 int64_t choose_decode_splits(int64_t pairs, int64_t max_seq_len) {
   const int64_t by_length = std::max<int64_t>(1, max_seq_len / kMinKeysPerSplit);
-  return std::clamp<int64_t>(std::min(multiprocessor_count() / pairs, by_length), 1,
+  return std::clamp<int64_t>(std::min(multiprocessor_count() / 2 / pairs, by_length), 1,
                              kMaxDecodeSplits);
 }
 
