@@ -1,6 +1,7 @@
 #include "cli/bench.h"
 
 #include <fmt/format.h>
+#include <CLI/CLI.hpp>
 
 #include <algorithm>
 #include <chrono>

@@ -2,7 +2,9 @@
 // generated tokens each) through the engine, as vLLM's benchmark_latency measures them.
 #pragma once
 
-#include <CLI/CLI.hpp>
+namespace CLI {
+class App;  // CLI11
+}  // namespace CLI
 
 namespace pagoda {
 

@@ -1,5 +1,7 @@
 #include "cli/cache_flags.h"
 
+#include <CLI/CLI.hpp>
+
 #include "core/error.h"
 #include "core/units.h"
 

@@ -1,11 +1,14 @@
 // Command-line flags for the KV cache (CacheOptions), shared by the commands that plan one.
 #pragma once
 
-#include <CLI/CLI.hpp>
 #include <optional>
 #include <string>
 
 #include "engine/engine_options.h"
+
+namespace CLI {
+class App;  // CLI11
+}  // namespace CLI
 
 namespace pagoda {
 

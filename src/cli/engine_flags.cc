@@ -1,5 +1,7 @@
 #include "cli/engine_flags.h"
 
+#include <CLI/CLI.hpp>
+
 namespace pagoda {
 
 void add_chat_template_flag(CLI::App& command, ModelPaths& flags) {

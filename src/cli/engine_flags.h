@@ -3,11 +3,14 @@
 // typed form (EngineOptions).
 #pragma once
 
-#include <CLI/CLI.hpp>
 #include <string>
 
 #include "cli/cache_flags.h"
 #include "engine/engine_options.h"
+
+namespace CLI {
+class App;  // CLI11
+}  // namespace CLI
 
 namespace pagoda {
 

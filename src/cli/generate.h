@@ -1,7 +1,9 @@
 // `pagoda generate`: runs prompts (token ids for now) through a model and prints the tokens.
 #pragma once
 
-#include <CLI/CLI.hpp>
+namespace CLI {
+class App;  // CLI11
+}  // namespace CLI
 
 namespace pagoda {
 

@@ -1,7 +1,6 @@
 // `pagoda inspect`: plans the KV cache of a model (and drafter) from config.json alone.
 #pragma once
 
-#include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
 #include <optional>
@@ -11,6 +10,10 @@
 #include "engine/speculative_config.h"
 #include "kv/kv_cache_plan.h"
 #include "model/model_config.h"
+
+namespace CLI {
+class App;  // CLI11
+}  // namespace CLI
 
 namespace pagoda {
 

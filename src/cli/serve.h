@@ -1,7 +1,9 @@
 // `pagoda serve`: the OpenAI-compatible HTTP server.
 #pragma once
 
-#include <CLI/CLI.hpp>
+namespace CLI {
+class App;  // CLI11
+}  // namespace CLI
 
 namespace pagoda {
 

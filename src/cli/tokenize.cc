@@ -1,6 +1,7 @@
 #include "cli/tokenize.h"
 
 #include <fmt/format.h>
+#include <CLI/CLI.hpp>
 
 #include <nlohmann/json.hpp>
 

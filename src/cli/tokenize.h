@@ -2,7 +2,9 @@
 // prompts.
 #pragma once
 
-#include <CLI/CLI.hpp>
+namespace CLI {
+class App;  // CLI11
+}  // namespace CLI
 
 namespace pagoda {
 
