@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "attention/cpu/cpu_backend.h"
+#include "attention/page_shapes.h"
 #include "core/error.h"
 
 namespace pagoda {
@@ -29,10 +30,8 @@ class KvFirstBackend final : public AttentionBackend {
   }
 };
 
-const KvPageShape kEqual{
-    .block_size = 4, .num_kv_heads = 2, .head_size_k = 8, .head_size_v = 8, .dtype = DType::kF32};
-const KvPageShape kSplit{
-    .block_size = 4, .num_kv_heads = 2, .head_size_k = 12, .head_size_v = 8, .dtype = DType::kF32};
+using testing::kEqual;
+using testing::kSplit;
 constexpr int64_t kBlocks = 3;
 
 Tensor byte_buffer(int64_t size) {

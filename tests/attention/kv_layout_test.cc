@@ -3,14 +3,13 @@
 #include <gtest/gtest.h>
 
 #include "attention/cpu/cpu_backend.h"
+#include "attention/page_shapes.h"
 
 namespace pagoda {
 namespace {
 
-const KvPageShape kEqual{
-    .block_size = 4, .num_kv_heads = 2, .head_size_k = 8, .head_size_v = 8, .dtype = DType::kF32};
-const KvPageShape kSplit{
-    .block_size = 4, .num_kv_heads = 2, .head_size_k = 12, .head_size_v = 8, .dtype = DType::kF32};
+using testing::kEqual;
+using testing::kSplit;
 
 TEST(KvLayoutTest, PageBytes) {
   EXPECT_EQ(kEqual.bytes_per_token(), 2 * 16 * 4);

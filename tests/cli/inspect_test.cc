@@ -7,15 +7,14 @@
 
 #include "cli/cli_test_util.h"
 #include "scratch_dir.h"
+#include "source_paths.h"
 
 namespace pagoda {
 namespace {
 
 using namespace pagoda::testing;
 
-std::string example(const std::string& name) {
-  return std::string(PAGODA_SOURCE_DIR) + "/examples/configs/" + name;
-}
+using testing::example_config;
 
 // The directory `name` in `scratch`, with config.json holding `text`.
 std::string config_dir(const ScratchDir& scratch, const std::string& name,
@@ -27,7 +26,7 @@ std::string config_dir(const ScratchDir& scratch, const std::string& name,
 }
 
 TEST(InspectCliTest, PrintsThePlanAsText) {
-  const CliRun run = run_pagoda("inspect --model " + example("gemma-4-e2b") +
+  const CliRun run = run_pagoda("inspect --model " + example_config("gemma-4-e2b") +
                                 " --kv-cache-memory 1GiB --max-model-len 32768");
   ASSERT_EQ(run.exit_code, 0) << run.err;
   for (const char* fragment : {"Gemma4ForConditionalGeneration", "shares model.layers.13.self_attn",
@@ -38,8 +37,8 @@ TEST(InspectCliTest, PrintsThePlanAsText) {
 }
 
 TEST(InspectCliTest, JsonMatchesThePlan) {
-  const CliRun run = run_pagoda("inspect --model " + example("mimo-v2-flash") + " --draft-model " +
-                                example("mimo-v2-flash-draft-128") +
+  const CliRun run = run_pagoda("inspect --model " + example_config("mimo-v2-flash") +
+                                " --draft-model " + example_config("mimo-v2-flash-draft-128") +
                                 " --num-blocks 8000 --max-model-len 16384 --json");
   ASSERT_EQ(run.exit_code, 0) << run.err;
   const nlohmann::json plan = nlohmann::json::parse(run.out);
@@ -87,7 +86,8 @@ TEST(InspectCliTest, ExampleConfigsAllPlan) {
 // An FP8 KV cache (--kv-cache-dtype fp8) halves every page: twice the tokens per GiB of bfloat16,
 // shown per group, with the CPU backend and (in a CUDA build) the CUDA one.
 TEST(InspectCliTest, Fp8KvCacheShowsItsGain) {
-  const std::string model = "inspect --model " + example("llama-3-8b") + " --kv-cache-dtype fp8";
+  const std::string model =
+      "inspect --model " + example_config("llama-3-8b") + " --kv-cache-dtype fp8";
   const CliRun run = run_pagoda(model + " --json");
   ASSERT_EQ(run.exit_code, 0) << run.err;
   const nlohmann::json report = nlohmann::json::parse(run.out);
@@ -138,19 +138,22 @@ TEST(InspectCliTest, BadInputIsOneLineAndNonZero) {
       {"unsupported architecture",
        "--model " + config_dir(scratch, "arch", R"({"architectures": ["BertModel"]})"),
        "unsupported architecture 'BertModel'"},
-      {"assistant alone", "--model " + example("gemma-4-e4b-assistant"), "only runs as a drafter"},
-      {"too little memory", "--model " + example("llama-3-8b") + " --kv-cache-memory 1MiB",
+      {"assistant alone", "--model " + example_config("gemma-4-e4b-assistant"),
+       "only runs as a drafter"},
+      {"too little memory", "--model " + example_config("llama-3-8b") + " --kv-cache-memory 1MiB",
        "raise --kv-cache-memory"},
-      {"bad size", "--model " + example("llama-3-8b") + " --kv-cache-memory lots",
+      {"bad size", "--model " + example_config("llama-3-8b") + " --kv-cache-memory lots",
        "'lots' is not a size"},
-      {"bad dtype", "--model " + example("llama-3-8b") + " --dtype int8", "unknown dtype 'int8'"},
-      {"too long", "--model " + example("llama-3-8b") + " --max-model-len 100000",
+      {"bad dtype", "--model " + example_config("llama-3-8b") + " --dtype int8",
+       "unknown dtype 'int8'"},
+      {"too long", "--model " + example_config("llama-3-8b") + " --max-model-len 100000",
        "max_position_embeddings (8192)"},
-      {"bad backend", "--model " + example("llama-3-8b") + " --attention-backend flash",
+      {"bad backend", "--model " + example_config("llama-3-8b") + " --attention-backend flash",
        "unknown attention backend 'flash'"},
-      {"zero block size", "--model " + example("llama-3-8b") + " --block-size 0",
+      {"zero block size", "--model " + example_config("llama-3-8b") + " --block-size 0",
        "block size is 0"},
-      {"huge block count", "--model " + example("llama-3-8b") + " --num-blocks 4611686018427387904",
+      {"huge block count",
+       "--model " + example_config("llama-3-8b") + " --num-blocks 4611686018427387904",
        "limit of a KV pool"},
   };
   for (const Case& c : cases) {
@@ -200,8 +203,8 @@ TEST(InspectCliTest, FixturesShowSharedLayersFreeAndTheDrafterPadded) {
 
 TEST(InspectReportTest, LibraryCallMatchesTheCli) {
   InspectOptions options;
-  options.model_dir = example("gemma-4-e4b");
-  options.draft_model_dir = example("gemma-4-e4b-assistant");
+  options.model_dir = example_config("gemma-4-e4b");
+  options.draft_model_dir = example_config("gemma-4-e4b-assistant");
   options.cache.max_model_len = 4096;
   const InspectReport report = build_inspect_report(options);
   const nlohmann::json json = inspect_report_json(report);

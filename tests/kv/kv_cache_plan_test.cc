@@ -4,6 +4,7 @@
 
 #include "core/error.h"
 #include "kv/kv_test_configs.h"
+#include "source_paths.h"
 
 namespace pagoda {
 namespace {
@@ -11,7 +12,7 @@ namespace {
 using namespace pagoda::testing;
 
 ModelConfig example(const std::string& name) {
-  return load_model_config(std::string(PAGODA_SOURCE_DIR) + "/examples/configs/" + name);
+  return load_model_config(testing::example_config(name));
 }
 
 KvCachePlan plan(const ModelConfig& target, const ModelConfig* drafter,

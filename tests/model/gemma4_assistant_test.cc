@@ -15,15 +15,14 @@
 #include "engine/sampler.h"
 #include "model/fixtures.h"
 #include "ops/ops.h"
+#include "source_paths.h"
 
 namespace pagoda {
 namespace {
 
 using namespace pagoda::testing;
 
-std::string fixture(const std::string& name) {
-  return std::string(PAGODA_SOURCE_DIR) + "/tests/fixtures/" + name;
-}
+using testing::fixture;
 
 struct DraftCase {
   std::string target;     // checkpoint directory

@@ -12,15 +12,14 @@
 #include "model/arch/gemma4.h"
 #include "model/fixtures.h"
 #include "model/layers/rope_config.h"
+#include "source_paths.h"
 
 namespace pagoda {
 namespace {
 
 using namespace pagoda::testing;
 
-std::string fixture(const std::string& name) {
-  return std::string(PAGODA_SOURCE_DIR) + "/tests/fixtures/" + name;
-}
+using testing::fixture;
 
 bool same_bytes(const KvCache& a, const KvCache& b) {
   for (size_t i = 0; i < a.buffers.size(); ++i) {

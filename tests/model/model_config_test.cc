@@ -10,13 +10,12 @@
 
 #include "core/error.h"
 #include "scratch_dir.h"
+#include "source_paths.h"
 
 namespace pagoda {
 namespace {
 
-std::string example(const std::string& name) {
-  return std::string(PAGODA_SOURCE_DIR) + "/examples/configs/" + name;
-}
+using testing::example_config;
 
 // Expects parse_model_config(config) to throw an Error whose message contains every fragment.
 void expect_error(const nlohmann::json& config, const std::vector<std::string>& fragments) {
@@ -42,7 +41,7 @@ nlohmann::json tiny_llama() {
 }
 
 TEST(ModelConfigTest, Llama3_8B) {
-  const ModelConfig model = load_model_config(example("llama-3-8b"));
+  const ModelConfig model = load_model_config(example_config("llama-3-8b"));
   EXPECT_EQ(model.architecture, "LlamaForCausalLM");
   EXPECT_EQ(model.dtype, DType::kBF16);
   EXPECT_EQ(model.max_position_embeddings, 8192);
@@ -59,7 +58,7 @@ TEST(ModelConfigTest, Llama3_8B) {
 }
 
 TEST(ModelConfigTest, Gemma4E2B) {
-  const ModelConfig model = load_model_config(example("gemma-4-e2b"));
+  const ModelConfig model = load_model_config(example_config("gemma-4-e2b"));
   EXPECT_EQ(model.architecture, "Gemma4ForConditionalGeneration");
   EXPECT_EQ(model.model_type, "gemma4");
   ASSERT_EQ(model.layers.size(), 35u);
@@ -83,7 +82,7 @@ TEST(ModelConfigTest, Gemma4E2B) {
 }
 
 TEST(ModelConfigTest, Gemma4E4BAndAssistant) {
-  const ModelConfig target = load_model_config(example("gemma-4-e4b"));
+  const ModelConfig target = load_model_config(example_config("gemma-4-e4b"));
   ASSERT_EQ(target.layers.size(), 42u);
   EXPECT_EQ(target.layers[5].kind, AttentionKind::kFull);
   EXPECT_EQ(target.layers[5].head_size_k, 512);
@@ -91,7 +90,7 @@ TEST(ModelConfigTest, Gemma4E4BAndAssistant) {
   EXPECT_EQ(target.layers[24].kv_source_layer, 22);  // first shared layer, sliding
   EXPECT_EQ(target.layers[41].kv_source_layer, 23);  // last layer, full
 
-  const ModelConfig assistant = load_model_config(example("gemma-4-e4b-assistant"));
+  const ModelConfig assistant = load_model_config(example_config("gemma-4-e4b-assistant"));
   EXPECT_EQ(assistant.architecture, "Gemma4AssistantForCausalLM");
   ASSERT_EQ(assistant.layers.size(), 4u);
   EXPECT_TRUE(assistant.needs_target());
@@ -103,7 +102,7 @@ TEST(ModelConfigTest, Gemma4E4BAndAssistant) {
 }
 
 TEST(ModelConfigTest, MiMoV2FlashPublishedSpelling) {
-  const ModelConfig model = load_model_config(example("mimo-v2-flash"));
+  const ModelConfig model = load_model_config(example_config("mimo-v2-flash"));
   ASSERT_EQ(model.layers.size(), 48u);
   const LayerAttentionConfig& full = model.layers[0];
   const LayerAttentionConfig& sliding = model.layers[1];
@@ -320,7 +319,7 @@ TEST(ModelConfigTest, MutatedExampleConfigsNeverCrash) {
   int rejected = 0;
   for (const char* name : {"llama-3-8b", "gemma-4-e2b", "gemma-4-e4b", "gemma-4-e4b-assistant",
                            "mimo-v2-flash", "mimo-v2-flash-draft-128"}) {
-    std::ifstream file(example(name) + "/config.json");
+    std::ifstream file(example_config(name) + "/config.json");
     const nlohmann::json original = nlohmann::json::parse(file);
     const bool nested = original.contains("text_config");
     const nlohmann::json& fields = nested ? original["text_config"] : original;

@@ -9,13 +9,12 @@
 
 #include "core/error.h"
 #include "scratch_dir.h"
+#include "source_paths.h"
 
 namespace pagoda {
 namespace {
 
-std::string fixture(const std::string& name) {
-  return std::string(PAGODA_SOURCE_DIR) + "/tests/fixtures/" + name;
-}
+using testing::fixture;
 
 TEST(WeightsTest, BindsByNameAndShape) {
   WeightSource weights = WeightSource::from_checkpoint(fixture("llama-tiny"));

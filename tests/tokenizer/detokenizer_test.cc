@@ -11,6 +11,7 @@
 #include <random>
 
 #include "tests/tokenizer/peer_data.h"
+#include "tests/tokenizer/pieces.h"
 #include "tokenizer/pre_tokenizer.h"
 
 namespace pagoda {
@@ -32,12 +33,7 @@ std::vector<std::string> stream(const Tokenizer& tokenizer, const std::vector<in
   return pieces;
 }
 
-std::string joined(const std::vector<std::string>& pieces) {
-  std::string text;
-  for (const std::string& piece : pieces)
-    text += piece;
-  return text;
-}
+using testing::joined;
 
 // Tokens that stress streaming: single bytes (partial UTF-8 characters), special tokens, spaces
 // and punctuation for the clean-up rules, and anything else in the vocabulary.

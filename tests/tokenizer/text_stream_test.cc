@@ -6,13 +6,13 @@
 #include <span>
 
 #include "engine/sampling_params.h"
+#include "source_paths.h"
+#include "tests/tokenizer/pieces.h"
 
 namespace pagoda {
 namespace {
 
-std::string fixture(const std::string& name) {
-  return std::string(PAGODA_SOURCE_DIR) + "/tests/fixtures/" + name;
-}
+using testing::fixture;
 
 // The byte tokenizer: token ids are UTF-8 bytes, so streams are easy to write down.
 std::vector<int32_t> bytes(const std::string& text) {
@@ -38,12 +38,7 @@ std::pair<std::vector<std::string>, bool> stream(const std::string& text,
   return {pieces, out.stopped()};
 }
 
-std::string joined(const std::vector<std::string>& pieces) {
-  std::string text;
-  for (const std::string& piece : pieces)
-    text += piece;
-  return text;
-}
+using testing::joined;
 
 TEST(TextStreamTest, StopStringsEndTheTextAcrossTokens) {
   auto [pieces, stopped] = stream("Hello world, and more", {"wor", "xyz"});

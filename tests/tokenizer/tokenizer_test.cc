@@ -11,11 +11,9 @@
 namespace pagoda {
 namespace {
 
-using Json = nlohmann::json;
-
 // A byte-level BPE over "a", "b", "c", "ab", "abc" and " " (as "Ġ").
-Json byte_level_tokenizer() {
-  return Json::parse(R"({
+nlohmann::json byte_level_tokenizer() {
+  return nlohmann::json::parse(R"({
     "model": {"type": "BPE", "vocab": {"a": 0, "b": 1, "c": 2, "ab": 3, "abc": 4, "Ġ": 5,
                                        "Ġa": 6, "<s>": 7},
               "merges": ["a b", "ab c", "Ġ a"]},
@@ -29,7 +27,7 @@ Json byte_level_tokenizer() {
 }
 
 TEST(TokenizerTest, MergesInRankOrderAndAddsSpecialTokens) {
-  const Tokenizer tokenizer(byte_level_tokenizer(), Json::object());
+  const Tokenizer tokenizer(byte_level_tokenizer(), nlohmann::json::object());
   EXPECT_EQ(tokenizer.encode("abc"), (std::vector<int32_t>{7, 4}));
   EXPECT_EQ(tokenizer.encode("abc", {.add_special_tokens = false}), (std::vector<int32_t>{4}));
   // " a" is one word of the byte-level split; "<s>" inside text is the added token.
@@ -45,7 +43,7 @@ TEST(TokenizerTest, MergesInRankOrderAndAddsSpecialTokens) {
 }
 
 TEST(TokenizerTest, ByteFallbackAndUnknownTokens) {
-  Json json = Json::parse(R"({
+  nlohmann::json json = nlohmann::json::parse(R"({
     "model": {"type": "BPE", "vocab": {"<unk>": 0, "a": 1, "<0xC3>": 2, "<0xA9>": 3, "▁": 4},
               "merges": [], "byte_fallback": true, "unk_token": "<unk>"},
     "normalizer": {"type": "Replace", "pattern": {"String": " "}, "content": "▁"},
@@ -53,7 +51,7 @@ TEST(TokenizerTest, ByteFallbackAndUnknownTokens) {
       {"type": "Replace", "pattern": {"String": "▁"}, "content": " "},
       {"type": "ByteFallback"}, {"type": "Fuse"}]}
   })");
-  const Tokenizer with_bytes(json, Json::object());
+  const Tokenizer with_bytes(json, nlohmann::json::object());
   EXPECT_EQ(with_bytes.encode("a é"), (std::vector<int32_t>{1, 4, 2, 3}));
   EXPECT_EQ(with_bytes.decode(std::vector<int32_t>{1, 4, 2, 3}), "a é");
   EXPECT_EQ(with_bytes.decode(std::vector<int32_t>{2, 1}),
@@ -64,10 +62,10 @@ TEST(TokenizerTest, ByteFallbackAndUnknownTokens) {
 
 TEST(TokenizerTest, SplitBehaviors) {
   auto pieces = [](const char* behavior, bool invert, const std::string& text) {
-    const Json config = {{"type", "Split"},
-                         {"pattern", {{"String", "-"}}},
-                         {"behavior", behavior},
-                         {"invert", invert}};
+    const nlohmann::json config = {{"type", "Split"},
+                                   {"pattern", {{"String", "-"}}},
+                                   {"behavior", behavior},
+                                   {"invert", invert}};
     std::vector<std::string> out;
     make_pre_tokenizer(config)(text, 0, out);
     return out;
@@ -115,11 +113,11 @@ TEST(TokenizerTest, OnigurumaClassesKeepTheirMeaning) {
 }
 
 TEST(TokenizerTest, UnsupportedComponentsAreNamed) {
-  auto error_of = [](const char* key, const Json& value) {
-    Json json = byte_level_tokenizer();
+  auto error_of = [](const char* key, const nlohmann::json& value) {
+    nlohmann::json json = byte_level_tokenizer();
     json[key] = value;
     try {
-      Tokenizer tokenizer(json, Json::object());
+      Tokenizer tokenizer(json, nlohmann::json::object());
     } catch (const Error& error) {
       return std::string(error.what());
     }
@@ -131,11 +129,12 @@ TEST(TokenizerTest, UnsupportedComponentsAreNamed) {
             std::string::npos);
   EXPECT_NE(error_of("decoder", {{"type", "CTC"}}).find("'CTC'"), std::string::npos);
   EXPECT_NE(error_of("post_processor", {{"type", "Foo"}}).find("'Foo'"), std::string::npos);
-  EXPECT_NE(error_of("model", {{"type", "Unigram"}, {"vocab", Json::array()}}).find("'Unigram'"),
+  EXPECT_NE(error_of("model", {{"type", "Unigram"}, {"vocab", nlohmann::json::array()}})
+                .find("'Unigram'"),
             std::string::npos);
-  Json bad_merge = byte_level_tokenizer();
+  nlohmann::json bad_merge = byte_level_tokenizer();
   bad_merge["model"]["merges"].push_back("x y");
-  EXPECT_THROW(Tokenizer(bad_merge, Json::object()), Error);
+  EXPECT_THROW(Tokenizer(bad_merge, nlohmann::json::object()), Error);
   EXPECT_THROW(Tokenizer::load("/nonexistent"), Error);
 }
 
@@ -143,31 +142,32 @@ TEST(TokenizerTest, UnsupportedComponentsAreNamed) {
 // exception and aborted the process; a huge id sized a table to match; a float id was converted
 // to an int.
 TEST(TokenizerTest, MalformedFilesAreErrorsNotAborts) {
-  auto error_of = [](const std::function<void(Json&)>& change) {
-    Json json = byte_level_tokenizer();
+  auto error_of = [](const std::function<void(nlohmann::json&)>& change) {
+    nlohmann::json json = byte_level_tokenizer();
     change(json);
     try {
-      Tokenizer tokenizer(json, Json::object());
+      Tokenizer tokenizer(json, nlohmann::json::object());
     } catch (const Error& error) {
       return std::string(error.what());
     }
     return std::string("no error");
   };
-  EXPECT_NE(error_of([](Json& json) {
+  EXPECT_NE(error_of([](nlohmann::json& json) {
               json["pre_tokenizer"] = {{"add_prefix_space", true}};
             }).find("tokenizer.json"),
             std::string::npos);
-  EXPECT_NE(
-      error_of([](Json& json) { json["added_tokens"][0]["id"] = "seven"; }).find("tokenizer.json"),
-      std::string::npos);
-  const auto far_id = [](Json& json) { json["model"]["vocab"]["far"] = 2000000000; };
+  EXPECT_NE(error_of([](nlohmann::json& json) {
+              json["added_tokens"][0]["id"] = "seven";
+            }).find("tokenizer.json"),
+            std::string::npos);
+  const auto far_id = [](nlohmann::json& json) { json["model"]["vocab"]["far"] = 2000000000; };
   EXPECT_NE(
       error_of(far_id).find("the id of token 'far': 2000000000 is not an integer in 0..4194303"),
       std::string::npos);
-  const auto far_added = [](Json& json) { json["added_tokens"][0]["id"] = 2000000000; };
+  const auto far_added = [](nlohmann::json& json) { json["added_tokens"][0]["id"] = 2000000000; };
   EXPECT_NE(error_of(far_added).find("2000000000 is not an integer in 0.."), std::string::npos);
   // A float id: converting 2e22 to an int is undefined behaviour (UBSan found it).
-  const auto float_id = [](Json& json) { json["model"]["vocab"]["far"] = 2e22; };
+  const auto float_id = [](nlohmann::json& json) { json["model"]["vocab"]["far"] = 2e22; };
   EXPECT_NE(error_of(float_id).find("is not an integer in 0.."), std::string::npos);
 }
 
