@@ -2,8 +2,9 @@
 # ThreadSanitizer over the code that runs on several threads: the engine service, the HTTP server,
 # the OpenAI server, the engine and scheduler, the library facade (Llm, its streams), the CPU thread
 # pool, the in-process CPU ranks and tensor and decode-context parallelism over them, the
-# end-to-end server test, and the GPU sampler's device code under its host emulation (a thousand
-# threads a block: its shared-memory races would show here).
+# end-to-end server test, and the GPU sampler's device code under its host emulation (each of a
+# block's thousand threads a fiber that ThreadSanitizer tracks as a thread of its own, synchronized
+# only by the barriers: its shared-memory races would show here).
 # Builds into build/tsan (CUDA off) and runs those tests; exits non-zero on any report.
 set -euo pipefail
 cd "$(dirname "$0")/.."
