@@ -1,9 +1,11 @@
 // Sampling on the device, so a step copies two numbers per row to the host instead of the whole
 // vocabulary: greedy rows take the argmax, the other rows draw the token sample_token() draws on
 // the host, without sorting (sampling_row.cuh says how). At small batch a cluster of CTAs shares
-// each row.
+// each row. The rows' parameters travel in the launch itself up to kInlineRows rows, so a step's
+// sampling is queued behind its graph without the host waiting for it.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <array>
 #include <climits>
 #include <cstring>
@@ -17,58 +19,66 @@
 namespace pagoda::cuda {
 namespace {
 
+constexpr int kInlineRows = 32;  // 2 KB of launch parameters
+
+struct InlineRows {
+  SamplingRow rows[kInlineRows];
+};
+
+// The rows' parameters are `uploaded` when not null, else `inline_rows` when `inline_count` > 0
+// (else every row is greedy).
 __global__ void __launch_bounds__(sampling::kThreads)
-    sample_kernel(const float* logits, int vocab, const SamplingRow* rows,
+    sample_kernel(const float* logits, int vocab, const SamplingRow* uploaded,
+                  const __grid_constant__ InlineRows inline_rows, int inline_count,
                   const float* draft_logits, int32_t* out_ids, float* out_logprobs,
                   int32_t* out_kept) {
   start_after_prior_kernels();
   __shared__ sampling::Shared sh;
+  const SamplingRow* rows = uploaded != nullptr ? uploaded
+                            : inline_count > 0  ? inline_rows.rows
+                                                : nullptr;
   sampling::sample_row(blockIdx.x / sampling::cluster_size(), logits, vocab, rows, draft_logits,
                        out_ids, out_logprobs, out_kept, sh);
 }
 
-constexpr int kMaxCluster = 8;  // the portable limit
+// The largest cluster of sample_kernel the current device runs, a power of two.
+int largest_cluster() {
+  static std::array<int, 64> cached{};  // per device; 0 until asked
+  static std::mutex mutex;
+  int device = 0;
+  PAGODA_CUDA_CHECK(cudaGetDevice(&device));
+  PAGODA_CHECK(device >= 0 && device < 64, "CUDA device index {}", device);
+  const std::lock_guard lock(mutex);
+  if (cached[device] != 0) return cached[device];
+  cached[device] = 1;
+  for (int size = sampling::kMaxCluster; size > 1; size /= 2) {
+    cudaLaunchConfig_t config{};
+    config.gridDim = dim3(size);
+    config.blockDim = dim3(sampling::kThreads);
+    cudaLaunchAttribute attribute{};
+    attribute.id = cudaLaunchAttributeClusterDimension;
+    attribute.val.clusterDim.x = size;
+    attribute.val.clusterDim.y = 1;
+    attribute.val.clusterDim.z = 1;
+    config.attrs = &attribute;
+    config.numAttrs = 1;
+    int clusters = 0;
+    if (cudaOccupancyMaxActiveClusters(&clusters, sample_kernel, &config) == cudaSuccess &&
+        clusters > 0) {
+      cached[device] = size;
+      break;
+    }
+    (void)cudaGetLastError();
+  }
+  return cached[device];
+}
 
 // CTAs a row takes: at small batch a row's passes spread over a cluster, as long as the clusters
 // of the step still fit on the device about twice over; never more than it can run at once.
 int cluster_size_for(int64_t rows) {
-  static std::array<std::array<int, 2>, 64> cached{};  // per device: multiprocessors, max cluster
-  int device = 0;
-  PAGODA_CUDA_CHECK(cudaGetDevice(&device));
-  PAGODA_CHECK(device >= 0 && device < 64, "CUDA device index {}", device);
-  static std::mutex mutex;
-  std::array<int, 2> known;
-  {
-    const std::lock_guard lock(mutex);
-    known = cached[device];
-  }
-  if (known[0] == 0) {
-    PAGODA_CUDA_CHECK(cudaDeviceGetAttribute(&known[0], cudaDevAttrMultiProcessorCount, device));
-    known[1] = 1;
-    for (int size = kMaxCluster; size > 1; size /= 2) {
-      cudaLaunchConfig_t config{};
-      config.gridDim = dim3(size);
-      config.blockDim = dim3(sampling::kThreads);
-      cudaLaunchAttribute attribute{};
-      attribute.id = cudaLaunchAttributeClusterDimension;
-      attribute.val.clusterDim.x = size;
-      attribute.val.clusterDim.y = 1;
-      attribute.val.clusterDim.z = 1;
-      config.attrs = &attribute;
-      config.numAttrs = 1;
-      int clusters = 0;
-      if (cudaOccupancyMaxActiveClusters(&clusters, sample_kernel, &config) == cudaSuccess &&
-          clusters > 0) {
-        known[1] = size;
-        break;
-      }
-      (void)cudaGetLastError();
-    }
-    const std::lock_guard lock(mutex);
-    cached[device] = known;
-  }
+  const int largest = largest_cluster();
   int size = 1;
-  while (size < known[1] && rows * size * 2 <= known[0])
+  while (size < largest && rows * size * 2 <= multiprocessor_count())
     size *= 2;
   return size;
 }
@@ -113,12 +123,19 @@ void sample(const Tensor& logits, std::span<const SamplingRow> rows, const Tenso
                    (count + drafts) * vocab < (int64_t{1} << 31),
                "sampling {} rows of {} logits", count + drafts, vocab);
   if (count == 0) return;
-  // All-greedy steps without drafts need no parameters on the device.
-  Tensor params;
-  if (any_random || any_draft) {
-    params = Tensor::empty({count * static_cast<int64_t>(sizeof(SamplingRow))}, DType::kU8);
-    std::memcpy(params.raw_data(), rows.data(), rows.size_bytes());
-    params = params.to(device);
+  // All-greedy steps without drafts need no parameters on the device; a few rows' travel in the
+  // launch, more rows' are uploaded first (which waits for the stream).
+  const bool with_params = any_random || any_draft;
+  InlineRows inline_rows;
+  int inline_count = 0;
+  Tensor uploaded;
+  if (with_params && count <= kInlineRows) {
+    std::copy(rows.begin(), rows.end(), inline_rows.rows);
+    inline_count = static_cast<int>(count);
+  } else if (with_params) {
+    uploaded = Tensor::empty({count * static_cast<int64_t>(sizeof(SamplingRow))}, DType::kU8);
+    std::memcpy(uploaded.raw_data(), rows.data(), rows.size_bytes());
+    uploaded = uploaded.to(device);
   }
   const int cluster = cluster_size_for(count);
   cudaLaunchAttribute attributes[2]{};
@@ -136,9 +153,9 @@ void sample(const Tensor& logits, std::span<const SamplingRow> rows, const Tenso
   config.numAttrs = 2;
   PAGODA_CUDA_CHECK(cudaLaunchKernelEx(
       &config, sample_kernel, logits.data<float>(), static_cast<int>(vocab),
-      params.defined() ? reinterpret_cast<const SamplingRow*>(params.raw_data()) : nullptr,
-      drafts > 0 ? draft_logits.data<float>() : nullptr, ids.data<int32_t>(),
-      logprobs.data<float>(), any_draft ? kept.data<int32_t>() : nullptr));
+      uploaded.defined() ? reinterpret_cast<const SamplingRow*>(uploaded.raw_data()) : nullptr,
+      inline_rows, inline_count, drafts > 0 ? draft_logits.data<float>() : nullptr,
+      ids.data<int32_t>(), logprobs.data<float>(), any_draft ? kept.data<int32_t>() : nullptr));
 }
 
 }  // namespace pagoda::cuda

@@ -54,6 +54,9 @@ __device__ __forceinline__ T* cluster_peer(T* local, unsigned rank) {
 }
 #endif
 
+// CTAs a cluster may have (the portable limit).
+constexpr int kMaxCluster = 8;
+
 constexpr int kThreads = 1024;
 constexpr int kWarps = kThreads / 32;
 constexpr int kBins = kThreads;        // a bin per thread when the histogram is scanned
