@@ -325,6 +325,9 @@ inline unsigned __ballot_sync(unsigned, bool predicate) {
 inline int atomicAdd(int* address, int v) {
   return std::atomic_ref<int>(*address).fetch_add(v);
 }
+inline unsigned atomicAdd(unsigned* address, unsigned v) {
+  return std::atomic_ref<unsigned>(*address).fetch_add(v);
+}
 inline unsigned long long atomicAdd(unsigned long long* address, unsigned long long v) {
   return std::atomic_ref<unsigned long long>(*address).fetch_add(v);
 }
@@ -352,6 +355,9 @@ inline unsigned long long __double2ull_rz(double d) {
   if (!(d > 0.0)) return 0;
   if (d >= 18446744073709551616.0) return ~0ull;
   return static_cast<unsigned long long>(d);
+}
+inline unsigned long long __float2ull_rz(float f) {
+  return __double2ull_rz(f);
 }
 inline unsigned __float_as_uint(float f) {
   return std::bit_cast<unsigned>(f);

@@ -37,6 +37,15 @@
 
 namespace pagoda::cuda::sampling {
 
+// The larger steps are functions of their own on the device, so that each one's loops have the
+// registers to themselves (inlined into one, they spill). They are static: the host side of a CUDA
+// compilation keeps stubs of such functions, which must not stand in for the host emulation's.
+#ifdef __CUDACC__
+#define PAGODA_SAMPLING_CALL static __noinline__
+#else
+#define PAGODA_SAMPLING_CALL inline
+#endif
+
 #ifdef __CUDACC__
 __device__ __forceinline__ unsigned cluster_rank() {
   return cooperative_groups::this_cluster().block_rank();
@@ -54,8 +63,21 @@ __device__ __forceinline__ T* cluster_peer(T* local, unsigned rank) {
 }
 #endif
 
-// CTAs a cluster may have (the portable limit).
+// CTAs a cluster may have (the portable limit); a warp reads the CTAs' values a lane each.
 constexpr int kMaxCluster = 8;
+static_assert(kMaxCluster <= 32);
+
+// body(rank) for each rank of the cluster in order, partly unrolled so that reads of the peers'
+// shared memory are in flight together.
+template <typename Body>
+__device__ __forceinline__ void for_each_rank(Body&& body) {
+  const unsigned size = cluster_size();
+#ifdef __CUDACC__
+#pragma unroll 4
+#endif
+  for (unsigned r = 0; r < size; ++r)
+    body(r);
+}
 
 constexpr int kThreads = 1024;
 constexpr int kWarps = kThreads / 32;
@@ -134,6 +156,12 @@ __device__ __forceinline__ Best better(Best a, Best b) {
   return {top.value, top.index, top.sum + other.sum * expf(other.value - top.value)};
 }
 
+__device__ __forceinline__ float warp_lowest(float lowest) {
+  for (int offset = 16; offset > 0; offset /= 2)
+    lowest = fminf(lowest, __shfl_xor_sync(0xffffffffu, lowest, offset));
+  return lowest;
+}
+
 __device__ __forceinline__ Best warp_best(Best best) {
   for (int offset = 16; offset > 0; offset /= 2) {
     const Best other{__shfl_xor_sync(0xffffffffu, best.value, offset),
@@ -184,6 +212,7 @@ struct Set {
 
 struct Shared {
   Best bests[kWarps];
+  float lowests[kWarps];
   uint64_t scratch[kWarps];  // block reductions and scans, of values of up to 8 bytes
   uint64_t below;
   int first;
@@ -214,6 +243,27 @@ struct Shared {
   uint64_t slice_key;
 };
 
+// The cluster CTA `rank`'s copy of `member`, a part of `sh`.
+template <typename T>
+__device__ T* peer_member(Shared& sh, T* member, unsigned rank) {
+  const auto offset = reinterpret_cast<char*>(member) - reinterpret_cast<char*>(&sh);
+  return reinterpret_cast<T*>(reinterpret_cast<char*>(cluster_peer(&sh, rank)) + offset);
+}
+
+// *sum += tally, where other threads add too: two native 32-bit atomics, the low word's carry
+// going into the high word (a 64-bit atomic add on shared memory is a compare-and-swap loop).
+__device__ __forceinline__ void add_tally(uint64_t* sum, uint64_t tally) {
+  static_assert(sizeof(uint64_t) == 2 * sizeof(unsigned));
+  unsigned* words = reinterpret_cast<unsigned*>(sum);  // little-endian: the low word first
+  const unsigned low = static_cast<unsigned>(tally);
+  unsigned high = static_cast<unsigned>(tally >> 32);
+  if (low != 0) {
+    const unsigned old = atomicAdd(&words[0], low);
+    high += old + low < old ? 1u : 0u;
+  }
+  if (high != 0) atomicAdd(&words[1], high);
+}
+
 // The block's reduction of v by `op`, returned to every thread.
 template <typename T, typename Op>
 __device__ T block_reduce(T v, Shared& sh, Op op) {
@@ -235,27 +285,45 @@ __device__ T block_sum(T v, Shared& sh) {
   return block_reduce(v, sh, [](T a, T b) { return a + b; });
 }
 
-// The cluster's sums of the slices' histograms (in sh.slice.histogram) into count[] and weight[],
-// with the slices' counts (sh.slice_count) and largest keys (sh.slice_key) summed and reduced into
-// *count_sum and *key_max when asked. Every thread of every CTA of the cluster calls it.
-__device__ inline void merge_slices(int* count, uint64_t* weight, Shared& sh, int* count_sum,
-                                    uint64_t* key_max) {
+// The cluster's sums of the slices' histograms (in sh.slice.histogram) into count[] and weight[]
+// (the counts only when `count` is not null), with the slices' counts (sh.slice_count) and largest
+// keys (sh.slice_key) summed and reduced into *count_sum and *key_max when asked. Every thread of
+// every CTA of the cluster calls it. Each CTA sums a share of the bins over the slices, then
+// fetches the other shares from their CTAs; those are read until the next call's first barrier.
+__device__ PAGODA_SAMPLING_CALL void merge_slices(int* count, uint64_t* weight, Shared& sh,
+                                                  int* count_sum, uint64_t* key_max) {
   cluster_sync();  // every slice is written
   const int t = threadIdx.x;
-  int c = 0;
-  uint64_t w = 0;
-  int scalar_sum = 0;
-  uint64_t scalar_max = 0;
-  for (unsigned r = 0; r < cluster_size(); ++r) {
-    const Shared* peer = cluster_peer(&sh, r);
-    c += peer->slice.histogram.count[t];
-    w += peer->slice.histogram.weight[t];
-    scalar_sum += peer->slice_count;
-    scalar_max = peer->slice_key > scalar_max ? peer->slice_key : scalar_max;
+  const unsigned size = cluster_size();
+  const int share = (kBins + size - 1) / size;
+  const int mine = static_cast<int>(cluster_rank()) * share + t;
+  if (t < share && mine < kBins) {
+    int c = 0;
+    uint64_t w = 0;
+    for_each_rank([&](unsigned r) {
+      const Shared* peer = cluster_peer(&sh, r);
+      if (count != nullptr) c += peer->slice.histogram.count[mine];
+      w += peer->slice.histogram.weight[mine];
+    });
+    if (count != nullptr) count[mine] = c;
+    weight[mine] = w;
   }
-  cluster_sync();  // every peer has read this CTA's slice before it is written again
-  count[t] = c;
-  weight[t] = w;
+  // The slices' scalars, a lane each, reduced by every warp.
+  const unsigned lane = static_cast<unsigned>(t % 32);
+  const Shared* slice = cluster_peer(&sh, lane < size ? lane : 0);
+  int scalar_sum = lane < size ? slice->slice_count : 0;
+  uint64_t scalar_max = lane < size ? slice->slice_key : 0;
+  for (int offset = 16; offset > 0; offset /= 2) {
+    scalar_sum += __shfl_xor_sync(0xffffffffu, scalar_sum, offset);
+    const uint64_t other = __shfl_xor_sync(0xffffffffu, scalar_max, offset);
+    scalar_max = other > scalar_max ? other : scalar_max;
+  }
+  cluster_sync();  // every share is summed, and no slice is read any more
+  const unsigned owner = static_cast<unsigned>(t / share);
+  if (owner != cluster_rank()) {
+    if (count != nullptr) count[t] = peer_member(sh, count, owner)[t];
+    weight[t] = peer_member(sh, weight, owner)[t];
+  }
   if (count_sum != nullptr) *count_sum = scalar_sum;
   if (key_max != nullptr) *key_max = scalar_max;
   __syncthreads();
@@ -315,6 +383,9 @@ struct RowView {
 
   __device__ float weight(float logit) const { return expf((logit - max) * inverse_temperature); }
   __device__ uint64_t tally(double weight) const { return __double2ull_rz(weight * fixed); }
+  // The same for an f32 weight, without f64 arithmetic: `fixed` is a power of two, so the product
+  // is exact in f32 too.
+  __device__ uint64_t tally(float weight) const { return __float2ull_rz(weight * fixed); }
   __device__ double untally(uint64_t tally) const { return static_cast<double>(tally) / fixed; }
   // Larger logits in lower bins; impossible tokens (and NaN) in the last.
   __device__ int bin(float logit) const {
@@ -331,8 +402,8 @@ struct RowStats {
   RowView view;
 };
 
-__device__ inline RowStats row_stats(const float* logits, int vocab, double temperature,
-                                     Shared& sh) {
+__device__ PAGODA_SAMPLING_CALL RowStats row_stats(const float* logits, int vocab,
+                                                   double temperature, Shared& sh) {
   Best best{-FLT_MAX, INT_MAX, 0.0f};
   float lowest = INFINITY;  // the smallest possible logit
   for_each_logit(logits, vocab, [&](int i, float logit) {
@@ -340,27 +411,39 @@ __device__ inline RowStats row_stats(const float* logits, int vocab, double temp
     best = better(best, Best{logit, i, 1.0f});
     if (logit > -INFINITY) lowest = fminf(lowest, logit);
   });
+  // The warps' in one warp, then the slices' in one warp: the same order in every CTA of the
+  // cluster, so that each reaches the same sum.
+  const int lane = threadIdx.x % 32;
   best = warp_best(best);
+  lowest = warp_lowest(lowest);
   __syncthreads();  // bests may still be read by a previous call
-  if (threadIdx.x % 32 == 0) sh.bests[threadIdx.x / 32] = best;
+  if (lane == 0) {
+    sh.bests[threadIdx.x / 32] = best;
+    sh.lowests[threadIdx.x / 32] = lowest;
+  }
   __syncthreads();
-  best = sh.bests[0];
-  for (int w = 1; w < kWarps; ++w)
-    best = better(best, sh.bests[w]);
-  lowest = block_reduce(lowest, sh, [](float a, float b) { return fminf(a, b); });
-  // The slices' in rank order, the same in every CTA of the cluster.
-  if (threadIdx.x == 0) {
-    sh.slice_best = best;
-    sh.slice_lowest = lowest;
+  if (threadIdx.x < 32) {
+    best = warp_best(sh.bests[lane]);
+    lowest = warp_lowest(sh.lowests[lane]);
+    if (lane == 0) {
+      sh.slice_best = best;
+      sh.slice_lowest = lowest;
+    }
   }
   cluster_sync();
-  best = cluster_peer(&sh, 0)->slice_best;
-  lowest = cluster_peer(&sh, 0)->slice_lowest;
-  for (unsigned r = 1; r < cluster_size(); ++r) {
-    best = better(best, cluster_peer(&sh, r)->slice_best);
-    lowest = fminf(lowest, cluster_peer(&sh, r)->slice_lowest);
+  if (threadIdx.x < 32) {
+    const bool peer = static_cast<unsigned>(lane) < cluster_size();
+    const Shared* slice = cluster_peer(&sh, peer ? lane : 0);
+    best = warp_best(peer ? slice->slice_best : Best{-FLT_MAX, INT_MAX, 0.0f});
+    lowest = warp_lowest(peer ? slice->slice_lowest : INFINITY);
+    if (lane == 0) {
+      sh.bests[0] = best;
+      sh.lowests[0] = lowest;
+    }
   }
   cluster_sync();  // every peer has read this CTA's values before they are written again
+  best = sh.bests[0];
+  lowest = sh.lowests[0];
   if (best.index >= vocab) best.index = 0;  // no logit above -FLT_MAX: the host's pick
   const float span = best.value - lowest;
   float scale = span > 0.0f ? (kBins - 2) / span : 0.0f;
@@ -385,8 +468,8 @@ struct Crossing {
 // first level is the row's (kCount, kWeight) or already in the digit arrays (kResidual, whose
 // `residual(logit, id)` gives each token's residual tally).
 template <Tally kTally, typename Residual>
-__device__ Crossing select(const RowView& row, double target, bool inclusive, Shared& sh,
-                           Residual&& residual) {
+__device__ PAGODA_SAMPLING_CALL Crossing select(const RowView& row, double target, bool inclusive,
+                                                Shared& sh, Residual&& residual) {
   const int t = threadIdx.x;
   const auto tally = [&](float logit, int id) -> uint64_t {
     if constexpr (kTally == Tally::kResidual) return residual(logit, id);
@@ -423,8 +506,7 @@ __device__ Crossing select(const RowView& row, double target, bool inclusive, Sh
       if (!set.holds(key)) return;
       const int d = set.digit(key);
       atomicAdd(&sh.slice.histogram.count[d], 1);
-      atomicAdd(reinterpret_cast<unsigned long long*>(&sh.slice.histogram.weight[d]),
-                static_cast<unsigned long long>(tally(logit, i)));
+      add_tally(&sh.slice.histogram.weight[d], tally(logit, i));
     });
     merge_slices(sh.digit_count, sh.digit_weight, sh, nullptr, nullptr);
     const int d = place(sh.digit_count[t], sh.digit_weight[t]);
@@ -440,8 +522,9 @@ __device__ Crossing select(const RowView& row, double target, bool inclusive, Sh
     __syncthreads();
     const int lane = t % 32;
     for_each_logit(row.logits, row.vocab, [&](int i, float logit) {
-      const uint64_t key = sort_key(logit, i);
-      const bool member = i < row.vocab && row.bin(logit) == set.bin && set.holds(key);
+      bool member = i < row.vocab && row.bin(logit) == set.bin;
+      const uint64_t key = member ? sort_key(logit, i) : 0;
+      member = member && set.holds(key);
       // A warp's members take consecutive slots: one atomic a warp.
       const unsigned members = __ballot_sync(0xffffffffu, member);
       if (members == 0) return;
@@ -456,12 +539,23 @@ __device__ Crossing select(const RowView& row, double target, bool inclusive, Sh
     // The slices' tokens side by side, in rank order.
     if (t == 0) sh.slice_count = sh.gathered < kCandidates ? sh.gathered : kCandidates;
     cluster_sync();
+    // Each warp reads the slices' counts a lane each and scans them; each thread then copies the
+    // one token that falls to it, if any.
+    const unsigned size = cluster_size();
+    const int count = static_cast<unsigned>(lane) < size ? cluster_peer(&sh, lane)->slice_count : 0;
+    int end = count;  // of this lane's rank's tokens, among the slices' side by side
+    for (int offset = 1; offset < 32; offset *= 2) {
+      const int earlier = __shfl_up_sync(0xffffffffu, end, offset);
+      if (lane >= offset) end += earlier;
+    }
     int n = 0;
-    for (unsigned r = 0; r < cluster_size(); ++r) {
-      const Shared* peer = cluster_peer(&sh, r);
-      const int count = peer->slice_count;
-      if (t >= n && t < n + count) sh.keys[t] = peer->slice.keys[t - n];
-      n = n + count < kCandidates ? n + count : kCandidates;
+    for (unsigned r = 0; r < size; ++r) {
+      const int rank_end = __shfl_sync(0xffffffffu, end, static_cast<int>(r));
+      const int rank_begin = rank_end - __shfl_sync(0xffffffffu, count, static_cast<int>(r));
+      if (t >= rank_begin && t < rank_end) {
+        sh.keys[t] = cluster_peer(&sh, r)->slice.keys[t - rank_begin];
+      }
+      n = rank_end < kCandidates ? rank_end : kCandidates;
     }
     cluster_sync();  // every peer has read this CTA's tokens before they are written again
     const int width = n <= 1 ? 1 : 1 << (32 - __clz(n - 1));
@@ -502,7 +596,8 @@ struct RowHistogram {
   uint64_t last;
 };
 
-__device__ inline RowHistogram histogram(const RowView& row, double min_p, Shared& sh) {
+__device__ PAGODA_SAMPLING_CALL RowHistogram histogram(const RowView& row, double min_p,
+                                                       Shared& sh) {
   const int t = threadIdx.x;
   clear_slice(sh);
   int likely = 0;
@@ -521,8 +616,7 @@ __device__ inline RowHistogram histogram(const RowView& row, double min_p, Share
     likely += weight >= min_p;
     if (b == kBins - 1) return;
     atomicAdd(&sh.slice.histogram.count[b], 1);
-    atomicAdd(reinterpret_cast<unsigned long long*>(&sh.slice.histogram.weight[b]),
-              static_cast<unsigned long long>(row.tally(weight)));
+    add_tally(&sh.slice.histogram.weight[b], row.tally(weight));
   });
   likely = block_sum(likely, sh);
   last = block_reduce(last, sh, [](uint64_t a, uint64_t b) { return a > b ? a : b; });
@@ -607,15 +701,14 @@ __device__ inline int draw_residual(const Filtered& p, const Filtered& q, const 
     if (r == 0) return;
     const uint64_t key = sort_key(logit, i);
     last = key > last ? key : last;
-    atomicAdd(reinterpret_cast<unsigned long long*>(&sh.slice.histogram.weight[row.bin(logit)]),
-              static_cast<unsigned long long>(r));
+    add_tally(&sh.slice.histogram.weight[row.bin(logit)], r);
   });
   last = block_reduce(last, sh, [](uint64_t a, uint64_t b) { return a > b ? a : b; });
   if (t == 0) {
     sh.slice_count = 0;
     sh.slice_key = last;
   }
-  merge_slices(sh.digit_count, sh.digit_weight, sh, nullptr, &last);
+  merge_slices(nullptr, sh.digit_weight, sh, nullptr, &last);
   sh.digit_count[t] = sh.bin_count[t];  // p's tokens per bin
   __syncthreads();
   const uint64_t total = block_sum(sh.digit_weight[t], sh);
@@ -667,6 +760,8 @@ __device__ inline void sample_row(unsigned row_index, const float* logits, int v
     out_logprobs[row_index] = row[token] - log_total;
     if (out_kept != nullptr) out_kept[row_index] = keeps ? 1 : 0;
   }
+  // No CTA leaves while its peers may still read the shares of its last merge.
+  if (cluster_size() > 1) cluster_sync();
 }
 
 }  // namespace pagoda::cuda::sampling
