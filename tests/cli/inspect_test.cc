@@ -79,7 +79,9 @@ TEST(InspectCliTest, ExampleConfigsAllPlan) {
     }
     const CliRun run = run_pagoda("inspect " + expanded + " --json");
     EXPECT_EQ(run.exit_code, 0) << args << ": " << run.err;
-    EXPECT_NO_THROW(nlohmann::json::parse(run.out)) << args;
+    nlohmann::json parsed;
+    EXPECT_NO_THROW(parsed = nlohmann::json::parse(run.out)) << args;
+    EXPECT_TRUE(parsed.is_object()) << args;
   }
 }
 
