@@ -328,9 +328,6 @@ inline int atomicAdd(int* address, int v) {
 inline unsigned atomicAdd(unsigned* address, unsigned v) {
   return std::atomic_ref<unsigned>(*address).fetch_add(v);
 }
-inline unsigned long long atomicAdd(unsigned long long* address, unsigned long long v) {
-  return std::atomic_ref<unsigned long long>(*address).fetch_add(v);
-}
 inline int atomicMin(int* address, int v) {
   std::atomic_ref<int> a(*address);
   int current = a.load();
