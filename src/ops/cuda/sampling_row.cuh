@@ -67,18 +67,6 @@ __device__ __forceinline__ T* cluster_peer(T* local, unsigned rank) {
 constexpr int kMaxCluster = 8;
 static_assert(kMaxCluster <= 32);
 
-// body(rank) for each rank of the cluster in order, partly unrolled so that reads of the peers'
-// shared memory are in flight together.
-template <typename Body>
-__device__ __forceinline__ void for_each_rank(Body&& body) {
-  const unsigned size = cluster_size();
-#ifdef __CUDACC__
-#pragma unroll 4
-#endif
-  for (unsigned r = 0; r < size; ++r)
-    body(r);
-}
-
 constexpr int kThreads = 1024;
 constexpr int kWarps = kThreads / 32;
 constexpr int kBins = kThreads;        // a bin per thread when the histogram is scanned
@@ -250,6 +238,13 @@ __device__ T* peer_member(Shared& sh, T* member, unsigned rank) {
   return reinterpret_cast<T*>(reinterpret_cast<char*>(cluster_peer(&sh, rank)) + offset);
 }
 
+// The cluster CTA whose rank is this thread's lane, or null past the cluster's CTAs: a warp
+// reads a value of every CTA at once.
+__device__ __forceinline__ const Shared* lane_peer(Shared& sh) {
+  const unsigned lane = threadIdx.x % 32;
+  return lane < cluster_size() ? cluster_peer(&sh, lane) : nullptr;
+}
+
 // *sum += tally, where other threads add too: two native 32-bit atomics, the low word's carry
 // going into the high word (a 64-bit atomic add on shared memory is a compare-and-swap loop).
 __device__ __forceinline__ void add_tally(uint64_t* sum, uint64_t tally) {
@@ -300,19 +295,22 @@ __device__ PAGODA_SAMPLING_CALL void merge_slices(int* count, uint64_t* weight, 
   if (t < share && mine < kBins) {
     int c = 0;
     uint64_t w = 0;
-    for_each_rank([&](unsigned r) {
+    // Partly unrolled, so that reads of several peers are in flight together.
+#ifdef __CUDACC__
+#pragma unroll 4
+#endif
+    for (unsigned r = 0; r < size; ++r) {
       const Shared* peer = cluster_peer(&sh, r);
       if (count != nullptr) c += peer->slice.histogram.count[mine];
       w += peer->slice.histogram.weight[mine];
-    });
+    }
     if (count != nullptr) count[mine] = c;
     weight[mine] = w;
   }
   // The slices' scalars, a lane each, reduced by every warp.
-  const unsigned lane = static_cast<unsigned>(t % 32);
-  const Shared* slice = cluster_peer(&sh, lane < size ? lane : 0);
-  int scalar_sum = lane < size ? slice->slice_count : 0;
-  uint64_t scalar_max = lane < size ? slice->slice_key : 0;
+  const Shared* slice = lane_peer(sh);
+  int scalar_sum = slice != nullptr ? slice->slice_count : 0;
+  uint64_t scalar_max = slice != nullptr ? slice->slice_key : 0;
   for (int offset = 16; offset > 0; offset /= 2) {
     scalar_sum += __shfl_xor_sync(0xffffffffu, scalar_sum, offset);
     const uint64_t other = __shfl_xor_sync(0xffffffffu, scalar_max, offset);
@@ -432,10 +430,9 @@ __device__ PAGODA_SAMPLING_CALL RowStats row_stats(const float* logits, int voca
   }
   cluster_sync();
   if (threadIdx.x < 32) {
-    const bool peer = static_cast<unsigned>(lane) < cluster_size();
-    const Shared* slice = cluster_peer(&sh, peer ? lane : 0);
-    best = warp_best(peer ? slice->slice_best : Best{-FLT_MAX, INT_MAX, 0.0f});
-    lowest = warp_lowest(peer ? slice->slice_lowest : INFINITY);
+    const Shared* slice = lane_peer(sh);
+    best = warp_best(slice != nullptr ? slice->slice_best : Best{-FLT_MAX, INT_MAX, 0.0f});
+    lowest = warp_lowest(slice != nullptr ? slice->slice_lowest : INFINITY);
     if (lane == 0) {
       sh.bests[0] = best;
       sh.lowests[0] = lowest;
@@ -542,7 +539,8 @@ __device__ PAGODA_SAMPLING_CALL Crossing select(const RowView& row, double targe
     // Each warp reads the slices' counts a lane each and scans them; each thread then copies the
     // one token that falls to it, if any.
     const unsigned size = cluster_size();
-    const int count = static_cast<unsigned>(lane) < size ? cluster_peer(&sh, lane)->slice_count : 0;
+    const Shared* slice = lane_peer(sh);
+    const int count = slice != nullptr ? slice->slice_count : 0;
     int end = count;  // of this lane's rank's tokens, among the slices' side by side
     for (int offset = 1; offset < 32; offset *= 2) {
       const int earlier = __shfl_up_sync(0xffffffffu, end, offset);
