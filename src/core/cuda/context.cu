@@ -5,11 +5,10 @@
 #include <string>
 
 #include "core/cuda/context.h"
+#include "core/cuda/device_storage.h"
 
 namespace pagoda::cuda {
 namespace {
-
-constexpr int kMaxDevices = 16;
 
 struct DeviceState {
   cudaStream_t stream = nullptr;
@@ -21,9 +20,7 @@ struct DeviceState {
 DeviceState& state() {
   static std::array<DeviceState, kMaxDevices> states;
   static std::mutex mutex;
-  int device = 0;
-  PAGODA_CUDA_CHECK(cudaGetDevice(&device));
-  PAGODA_CHECK(device >= 0 && device < kMaxDevices, "CUDA device index {}", device);
+  const int device = current_device_slot();
   DeviceState& s = states[device];
   const std::lock_guard lock(mutex);
   if (s.stream == nullptr) {
@@ -77,6 +74,12 @@ cublasLtHandle_t blaslt_handle() {
 
 void* blaslt_workspace() {
   return state().workspace;
+}
+
+int current_device_slot() {
+  const int device = current_device();
+  PAGODA_CHECK(device >= 0 && device < kMaxDevices, "CUDA device index {}", device);
+  return device;
 }
 
 int multiprocessor_count() {

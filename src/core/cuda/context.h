@@ -58,6 +58,11 @@ cublasLtHandle_t blaslt_handle();
 void* blaslt_workspace();
 constexpr size_t kBlasltWorkspaceBytes = size_t{32} << 20;
 
+// Devices pagoda keeps per-device state for, and the current device's index into such state
+// (checked to be below kMaxDevices).
+constexpr int kMaxDevices = 16;
+int current_device_slot();
+
 // Multiprocessors of the current device.
 int multiprocessor_count();
 

@@ -2,13 +2,13 @@
 // vocabulary: greedy rows take the argmax, the other rows draw the token sample_token() draws on
 // the host, without sorting (sampling_row.cuh says how). At small batch a cluster of CTAs shares
 // each row. The rows' parameters travel in the launch itself up to kInlineRows rows, so a step's
-// sampling is queued behind its graph without the host waiting for it.
+// sampling is queued behind its graph without the host waiting for it; more rows' are copied from
+// pinned memory on the same stream.
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <array>
 #include <climits>
-#include <cstring>
 #include <mutex>
 
 #include "core/cuda/context.h"
@@ -43,11 +43,9 @@ __global__ void __launch_bounds__(sampling::kThreads)
 
 // The largest cluster of sample_kernel the current device runs, a power of two.
 int largest_cluster() {
-  static std::array<int, 64> cached{};  // per device; 0 until asked
+  static std::array<int, kMaxDevices> cached{};  // 0 until asked
   static std::mutex mutex;
-  int device = 0;
-  PAGODA_CUDA_CHECK(cudaGetDevice(&device));
-  PAGODA_CHECK(device >= 0 && device < 64, "CUDA device index {}", device);
+  const int device = current_device_slot();
   const std::lock_guard lock(mutex);
   if (cached[device] != 0) return cached[device];
   cached[device] = 1;
@@ -71,6 +69,61 @@ int largest_cluster() {
     (void)cudaGetLastError();
   }
   return cached[device];
+}
+
+// Parameters of more rows than the launch carries: staged in pinned memory and copied on the
+// stream, so the host does not wait for the step's graph either. One area per device, held from
+// staging to the kernel's launch: the staging area is rewritten once the copy before has left it,
+// and the device area once the kernel before has read it (the stream orders that).
+class RowUpload {
+ public:
+  ~RowUpload() {
+    cudaFreeHost(host_);
+    cudaFree(device_);
+    if (copied_ != nullptr) cudaEventDestroy(copied_);
+  }
+
+  std::mutex& mutex() { return mutex_; }
+
+  // The rows on the device, in stream order. Call with mutex() held until the kernel is queued.
+  const SamplingRow* upload(std::span<const SamplingRow> rows) {
+    PAGODA_CHECK(!stream_is_capturing(),
+                 "sampling {} rows uploads their parameters, which a graph capture cannot hold",
+                 rows.size());
+    const auto count = static_cast<int64_t>(rows.size());
+    if (copied_ == nullptr)
+      PAGODA_CUDA_CHECK(cudaEventCreateWithFlags(&copied_, cudaEventDisableTiming));
+    PAGODA_CUDA_CHECK(cudaEventSynchronize(copied_));
+    if (count > capacity_) {
+      PAGODA_CUDA_CHECK(cudaStreamSynchronize(stream()));  // the last kernel has read device_
+      PAGODA_CUDA_CHECK(cudaFreeHost(host_));
+      PAGODA_CUDA_CHECK(cudaFree(device_));
+      host_ = device_ = nullptr;
+      capacity_ = 0;
+      const int64_t capacity = std::max<int64_t>(count, 256);
+      const auto bytes = static_cast<size_t>(capacity) * sizeof(SamplingRow);
+      PAGODA_CUDA_CHECK(cudaMallocHost(&host_, bytes));
+      PAGODA_CUDA_CHECK(cudaMalloc(&device_, bytes));
+      capacity_ = capacity;
+    }
+    std::copy(rows.begin(), rows.end(), host_);
+    PAGODA_CUDA_CHECK(
+        cudaMemcpyAsync(device_, host_, rows.size_bytes(), cudaMemcpyHostToDevice, stream()));
+    PAGODA_CUDA_CHECK(cudaEventRecord(copied_, stream()));
+    return device_;
+  }
+
+ private:
+  std::mutex mutex_;
+  SamplingRow* host_ = nullptr;
+  SamplingRow* device_ = nullptr;
+  int64_t capacity_ = 0;
+  cudaEvent_t copied_ = nullptr;
+};
+
+RowUpload& row_upload() {
+  static std::array<RowUpload, kMaxDevices> uploads;
+  return uploads[current_device_slot()];
 }
 
 // CTAs a row takes: at small batch a row's passes spread over a cluster, as long as the clusters
@@ -124,18 +177,19 @@ void sample(const Tensor& logits, std::span<const SamplingRow> rows, const Tenso
                "sampling {} rows of {} logits", count + drafts, vocab);
   if (count == 0) return;
   // All-greedy steps without drafts need no parameters on the device; a few rows' travel in the
-  // launch, more rows' are uploaded first (which waits for the stream).
+  // launch, more rows' are copied ahead of it.
   const bool with_params = any_random || any_draft;
   InlineRows inline_rows;
   int inline_count = 0;
-  Tensor uploaded;
+  const SamplingRow* uploaded = nullptr;
+  std::unique_lock<std::mutex> upload_lock;
   if (with_params && count <= kInlineRows) {
     std::copy(rows.begin(), rows.end(), inline_rows.rows);
     inline_count = static_cast<int>(count);
   } else if (with_params) {
-    uploaded = Tensor::empty({count * static_cast<int64_t>(sizeof(SamplingRow))}, DType::kU8);
-    std::memcpy(uploaded.raw_data(), rows.data(), rows.size_bytes());
-    uploaded = uploaded.to(device);
+    RowUpload& upload = row_upload();
+    upload_lock = std::unique_lock(upload.mutex());
+    uploaded = upload.upload(rows);
   }
   const int cluster = cluster_size_for(count);
   cudaLaunchAttribute attributes[2]{};
@@ -152,10 +206,9 @@ void sample(const Tensor& logits, std::span<const SamplingRow> rows, const Tenso
   config.attrs = attributes;
   config.numAttrs = 2;
   PAGODA_CUDA_CHECK(cudaLaunchKernelEx(
-      &config, sample_kernel, logits.data<float>(), static_cast<int>(vocab),
-      uploaded.defined() ? reinterpret_cast<const SamplingRow*>(uploaded.raw_data()) : nullptr,
-      inline_rows, inline_count, drafts > 0 ? draft_logits.data<float>() : nullptr,
-      ids.data<int32_t>(), logprobs.data<float>(), any_draft ? kept.data<int32_t>() : nullptr));
+      &config, sample_kernel, logits.data<float>(), static_cast<int>(vocab), uploaded, inline_rows,
+      inline_count, drafts > 0 ? draft_logits.data<float>() : nullptr, ids.data<int32_t>(),
+      logprobs.data<float>(), any_draft ? kept.data<int32_t>() : nullptr));
 }
 
 }  // namespace pagoda::cuda
