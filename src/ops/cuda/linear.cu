@@ -257,9 +257,8 @@ std::unique_ptr<Plan> make_plan(const PlanKey& key, const Operands& operands) {
 
 // Plans and choices are kept per device, each behind its own lock: planning and timing wait for
 // the device's stream, and a rank of another GPU waiting for the lock could be the one whose
-// collective that stream is waiting for.
-
-// The locks of one device's plans, and of its GEMV choices (whose timing runs plans).
+// collective that stream is waiting for. These are the locks of one device's plans, and of its GEMV
+// choices (whose timing runs plans).
 std::mutex& device_mutex(int device, bool choices = false) {
   static std::array<std::array<std::mutex, 2>, kMaxDevices> mutexes;
   PAGODA_CHECK(device >= 0 && device < kMaxDevices, "CUDA device index {}", device);
