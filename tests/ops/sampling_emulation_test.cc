@@ -104,6 +104,38 @@ TEST(SamplingEmulationTest, NarrowsCrowdedBins) {
     EXPECT_EQ(got.ids[r], sample_token(logits.data() + r * vocab, vocab, all[r], 0.61)) << r;
 }
 
+// Rows shaped like a language model's: a bulk of unlikely tokens and a few far above it, so the
+// filters keep a short head of the order, which the first filter's crossing gathers and the later
+// ones (and the draw) scan again. Each case draws at both ends of [0, 1) and in between.
+TEST(SamplingEmulationTest, LaterCrossingsReuseTheSortedHead) {
+  std::mt19937 rng(29);
+  std::normal_distribution<float> bulk(0.0f, 2.0f);
+  const std::vector<SamplingParams> all = filters();
+  const double draws[] = {0.0, 0.43, 0.999};
+  const int64_t vocab = 2000;
+  std::vector<float> logits;
+  std::vector<SamplingParams> cases;
+  std::vector<SamplingRow> params;
+  for (const SamplingParams& p : all) {
+    if (p.greedy()) continue;
+    for (double draw : draws) {
+      const size_t row = logits.size();
+      for (int64_t i = 0; i < vocab; ++i)
+        logits.push_back(bulk(rng));
+      for (int i = 0; i < 12; ++i)
+        logits[row + rng() % vocab] = 6.0f + 0.5f * static_cast<float>(i);
+      cases.push_back(p);
+      params.push_back(device_sampling_row(p, draw));
+    }
+  }
+  const Sampled got = sample_on_emulated_device(logits, vocab, params, 2);
+  for (size_t r = 0; r < cases.size(); ++r) {
+    EXPECT_EQ(got.ids[r],
+              sample_token(logits.data() + r * vocab, vocab, cases[r], params[r].uniform))
+        << "row " << r;
+  }
+}
+
 // Random filters over rows of integer logits (few distinct values), masked tokens or outliers;
 // each row twice, by one block and by a cluster of two sharing it, which must give the same token
 // (the tallies are exact in any order of the threads' and the slices' additions).

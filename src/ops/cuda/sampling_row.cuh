@@ -8,7 +8,10 @@
 //   one pass over the row counts each bin's tokens and their weights;
 // - a scan of the bins finds the one holding the crossing, and the CTA gathers that bin's tokens
 //   and sorts them on chip (a bin of more than kCandidates tokens is first narrowed by radix digits
-//   of the sort key, a pass per digit), then scans them.
+//   of the sort key, a pass per digit), then scans them;
+// - where the bins up to a filter's crossing hold few enough tokens to sort on chip, the CTA
+//   gathers all of them instead: that head of the sorted order answers the row's later crossings
+//   (the next filter's, the draw) by a scan, without another pass over the row.
 // Weights are exp((logit - max) / T) in f32 as the host computes them up to rounding, tallied in
 // fixed point (a weight is at most 1), so every sum is exact whatever order the threads add in,
 // and a row's draw repeats. A row that judges a draft (speculative decoding) applies the lossless
@@ -177,18 +180,22 @@ __device__ __forceinline__ float logit_of(uint64_t key) {
   return __uint_as_float((ascending & 0x80000000u) ? ascending & 0x7fffffffu : ~ascending);
 }
 
-// A set of a row's tokens: those of one bin whose sort keys begin with `prefix`, `level` digits
-// long.
+// A set of a row's tokens: those of bins [first_bin, bin] whose sort keys begin with `prefix`,
+// `level` digits long (only a set of one bin is narrowed by digits).
 struct Set {
   const float* logits;
+  int first_bin;
   int bin;
   int level;
   uint64_t prefix;
 
   __device__ bool operator==(const Set& other) const {
-    return logits == other.logits && bin == other.bin && level == other.level &&
-           prefix == other.prefix;
+    return logits == other.logits && first_bin == other.first_bin && bin == other.bin &&
+           level == other.level && prefix == other.prefix;
   }
+  __device__ bool holds_bin(int b) const { return b >= first_bin && b <= bin; }
+  // Whether the set is the head of its row's sorted order: every token of bins [0, bin].
+  __device__ bool is_head() const { return first_bin == 0 && level == 0; }
   __device__ bool holds(uint64_t key) const {
     return level == 0 || key >> (64 - kDigitBits * level) == prefix;
   }
@@ -451,6 +458,46 @@ __device__ PAGODA_SAMPLING_CALL RowStats row_stats(const float* logits, int voca
            temperature > 0.0 ? static_cast<float>(1.0 / temperature) : 0.0f, scale, fixed}};
 }
 
+// Sets of up to this many tokens are sorted by counting, larger ones by a bitonic network.
+constexpr int kCountingSortMax = 512;
+
+// sh.keys[0, n) (distinct keys) in ascending order. A small set takes each key to its place, the
+// number of smaller keys, behind two barriers; a bitonic network takes a barrier per stage (36 for
+// 256 keys), each about 0.2 us on a CTA of 1024 threads.
+__device__ inline void sort_keys(int n, Shared& sh) {
+  const int t = threadIdx.x;
+  if (n <= kCountingSortMax) {
+    uint64_t key = 0;
+    int place = 0;
+    if (t < n) {
+      key = sh.keys[t];
+      for (int j = 0; j < n; ++j)
+        place += sh.keys[j] < key ? 1 : 0;
+    }
+    __syncthreads();  // every key is read
+    if (t < n) sh.keys[place] = key;
+    __syncthreads();
+    return;
+  }
+  const int width = 1 << (32 - __clz(n - 1));
+  if (t >= n && t < width) sh.keys[t] = ~uint64_t{0};
+  __syncthreads();
+  for (int k = 2; k <= width; k *= 2) {
+    for (int j = k / 2; j > 0; j /= 2) {
+      const int partner = t ^ j;
+      if (t < width && partner > t) {
+        const uint64_t a = sh.keys[t];
+        const uint64_t b = sh.keys[partner];
+        if ((a > b) == ((t & k) == 0)) {
+          sh.keys[t] = b;
+          sh.keys[partner] = a;
+        }
+      }
+      __syncthreads();
+    }
+  }
+}
+
 // What a running tally counts: tokens, their weight, or a residual's weight (in place of theirs).
 enum class Tally { kCount, kWeight, kResidual };
 
@@ -463,10 +510,13 @@ struct Crossing {
 
 // The crossing of `target` by the running tally over the row's sorted tokens. The histogram of the
 // first level is the row's (kCount, kWeight) or already in the digit arrays (kResidual, whose
-// `residual(logit, id)` gives each token's residual tally).
+// `residual(logit, id)` gives each token's residual tally). With `gather_head`, every token of the
+// bins up to the crossing's is gathered and sorted when they fit on chip, not only the crossing's
+// bin: that head of the row's order then answers the row's later crossings (a top-p cut after a
+// top-k one, the draw after both) by a scan, without another pass over the row.
 template <Tally kTally, typename Residual>
 __device__ PAGODA_SAMPLING_CALL Crossing select(const RowView& row, double target, bool inclusive,
-                                                Shared& sh, Residual&& residual) {
+                                                bool gather_head, Shared& sh, Residual&& residual) {
   const int t = threadIdx.x;
   const auto tally = [&](float logit, int id) -> uint64_t {
     if constexpr (kTally == Tally::kResidual) return residual(logit, id);
@@ -488,12 +538,40 @@ __device__ PAGODA_SAMPLING_CALL Crossing select(const RowView& row, double targe
       return at;
     }
   };
+  // The crossing's index in the sorted set in sh.keys, from the tallies before the set; the set's
+  // size when its tokens do not reach the target.
+  const auto scan_sorted = [&]() {
+    const int n = sh.sorted_count;
+    const uint64_t key = t < n ? sh.keys[t] : ~uint64_t{0};
+    const uint64_t weight = t < n ? tally(logit_of(key), id_of(key)) : 0;
+    const int at = place(t < n ? 1 : 0, weight);
+    return at < n ? at : n;
+  };
+  // The head of this row's order, sorted by an earlier crossing, holds this one if the tally
+  // passes the target among its tokens.
+  if (sh.sorted.logits == row.logits && sh.sorted.is_head()) {
+    const int at = scan_sorted();
+    if (at < sh.sorted_count) return {sh.keys[at], weight_before};
+    count_before = weight_before = 0;
+  }
   const bool row_bins = kTally != Tally::kResidual;
-  Set set{row.logits, 0, 0, 0};
-  set.bin = place(row_bins ? sh.bin_count[t] : sh.digit_count[t],
-                  row_bins ? sh.bin_weight[t] : sh.digit_weight[t]);
+  const int* counts = row_bins ? sh.bin_count : sh.digit_count;
+  Set set{row.logits, 0, 0, 0, 0};
+  set.bin = place(counts[t], row_bins ? sh.bin_weight[t] : sh.digit_weight[t]);
   if (set.bin == kThreads) return {~uint64_t{0}, weight_before};
-  int size = row_bins ? sh.bin_count[set.bin] : sh.digit_count[set.bin];
+  set.first_bin = set.bin;
+  int size = counts[set.bin];
+  if (gather_head) {
+    // The tokens of the bins before the crossing's (a kCount crossing has counted them).
+    const uint64_t ahead = kTally == Tally::kCount
+                               ? count_before
+                               : block_sum(t < set.bin ? uint64_t(counts[t]) : uint64_t{0}, sh);
+    if (ahead + size <= kCandidates) {
+      set.first_bin = 0;
+      size += static_cast<int>(ahead);
+      count_before = weight_before = 0;
+    }
+  }
   // Narrow a set too large to sort on chip by the digits of its keys.
   while (size > kCandidates && set.level < 64 / kDigitBits) {
     clear_slice(sh);  // after every thread has read `size`
@@ -519,7 +597,7 @@ __device__ PAGODA_SAMPLING_CALL Crossing select(const RowView& row, double targe
     __syncthreads();
     const int lane = t % 32;
     for_each_logit(row.logits, row.vocab, [&](int i, float logit) {
-      bool member = i < row.vocab && row.bin(logit) == set.bin;
+      bool member = i < row.vocab && set.holds_bin(row.bin(logit));
       const uint64_t key = member ? sort_key(logit, i) : 0;
       member = member && set.holds(key);
       // A warp's members take consecutive slots: one atomic a warp.
@@ -556,34 +634,15 @@ __device__ PAGODA_SAMPLING_CALL Crossing select(const RowView& row, double targe
       n = rank_end < kCandidates ? rank_end : kCandidates;
     }
     cluster_sync();  // every peer has read this CTA's tokens before they are written again
-    const int width = n <= 1 ? 1 : 1 << (32 - __clz(n - 1));
-    if (t >= n && t < width) sh.keys[t] = ~uint64_t{0};
-    __syncthreads();
-    for (int k = 2; k <= width; k *= 2) {
-      for (int j = k / 2; j > 0; j /= 2) {
-        const int partner = t ^ j;
-        if (t < width && partner > t) {
-          const uint64_t a = sh.keys[t];
-          const uint64_t b = sh.keys[partner];
-          if ((a > b) == ((t & k) == 0)) {
-            sh.keys[t] = b;
-            sh.keys[partner] = a;
-          }
-        }
-        __syncthreads();
-      }
-    }
+    sort_keys(n, sh);
     if (t == 0) {
       sh.sorted = set;
       sh.sorted_count = n;
     }
     __syncthreads();
   }
-  const int n = sh.sorted_count;
-  const uint64_t key = t < n ? sh.keys[t] : ~uint64_t{0};
-  const uint64_t weight = t < n ? tally(logit_of(key), id_of(key)) : 0;
-  const int at = place(t < n ? 1 : 0, weight);
-  return {at < n ? sh.keys[at] : ~uint64_t{0}, weight_before};
+  const int at = scan_sorted();
+  return {at < sh.sorted_count ? sh.keys[at] : ~uint64_t{0}, weight_before};
 }
 
 // Tokens and weights of the row per bin, and how many tokens are at least min_p times as likely
@@ -643,8 +702,8 @@ struct Filtered {
   // when rounding leaves the draw past them all).
   __device__ int draw(double uniform, Shared& sh) const {
     const auto none = [](float, int) { return uint64_t{0}; };
-    const Crossing at =
-        select<Tally::kWeight>(row, uniform * static_cast<double>(mass_tally), false, sh, none);
+    const Crossing at = select<Tally::kWeight>(row, uniform * static_cast<double>(mass_tally),
+                                               false, false, sh, none);
     return id_of(at.key <= last ? at.key : last);
   }
 };
@@ -662,7 +721,7 @@ __device__ inline Filtered filter_row(const RowView& row, const SamplingRow& par
     return at.before + row.tally(row.weight(logit_of(at.key)));
   };
   if (keep < row.vocab) {
-    const Crossing at = select<Tally::kCount>(row, static_cast<double>(keep), true, sh, none);
+    const Crossing at = select<Tally::kCount>(row, static_cast<double>(keep), true, true, sh, none);
     if (at.key < last) {
       last = at.key;
       mass = through(at);
@@ -670,7 +729,7 @@ __device__ inline Filtered filter_row(const RowView& row, const SamplingRow& par
   }
   if (params.top_p < 1.0) {
     const Crossing at =
-        select<Tally::kWeight>(row, params.top_p * static_cast<double>(mass), true, sh, none);
+        select<Tally::kWeight>(row, params.top_p * static_cast<double>(mass), true, true, sh, none);
     if (at.key < last) {
       last = at.key;
       mass = through(at);
@@ -711,8 +770,8 @@ __device__ inline int draw_residual(const Filtered& p, const Filtered& q, const 
   __syncthreads();
   const uint64_t total = block_sum(sh.digit_weight[t], sh);
   if (total == 0) return p.draw(uniform, sh);
-  const Crossing at =
-      select<Tally::kResidual>(row, uniform * static_cast<double>(total), false, sh, residual);
+  const Crossing at = select<Tally::kResidual>(row, uniform * static_cast<double>(total), false,
+                                               false, sh, residual);
   return id_of(at.key <= last ? at.key : last);
 }
 
@@ -725,7 +784,7 @@ __device__ inline void sample_row(unsigned row_index, const float* logits, int v
                                   const SamplingRow* rows, const float* draft_logits,
                                   int32_t* out_ids, float* out_logprobs, int32_t* out_kept,
                                   Shared& sh) {
-  if (threadIdx.x == 0) sh.sorted = Set{nullptr, -1, 0, 0};
+  if (threadIdx.x == 0) sh.sorted = Set{nullptr, -1, -1, 0, 0};
   const SamplingRow params = rows != nullptr ? rows[row_index] : SamplingRow{};
   const float* row = logits + static_cast<int64_t>(row_index) * vocab;
 
