@@ -9,7 +9,7 @@
 #      and TP / DCP ranks sharing the GPU against one rank (tests/engine/cuda_parallel_test.cc);
 #   3. the attention micro-benchmark (decode, verify rows, prefill) beside PyTorch's SDPA, and
 #      beside FlashInfer's kernels when PAGODA_FLASHINFER_DIR names its tree; the decode GEMM
-#      shapes; sampling on the device per step shape; and
+#      shapes; sampling on the device per step shape (beside FlashInfer's samplers too); and
 #      `pagoda bench` of Llama-3-8B- and Gemma-4-E4B-shaped models against their weight-streaming
 #      floors, greedy and (Llama) with sampling on the device, with FP8 projections (batch 1, 4,
 #      8 and 16), and with e4m3 KV pages against bf16 ones at batch 64 and 2k-token prompts.
@@ -27,18 +27,21 @@ step ranks "$build/tests/pagoda_tests" \
   --gtest_filter='Fixtures/CudaParallelTest.*:ContextMergeTest.*:Nccl*'
 step attention_bench "$build/src/attention_bench"
 # FlashInfer's decode and prefill kernels beside pagoda's, in one process, on the same pages:
-# where PAGODA_FLASHINFER_DIR names a FlashInfer source tree, a second build of the benchmark.
+# where PAGODA_FLASHINFER_DIR names a FlashInfer source tree, a second build of the benchmarks
+# (its samplers beside cuda::sample too).
 if [ -n "${PAGODA_FLASHINFER_DIR:-}" ]; then
   step flashinfer_build bash -c 'cmake -S . -B build/flashinfer -DCMAKE_BUILD_TYPE=Release \
     -DPAGODA_FLASHINFER_DIR="$0" >build/flashinfer.configure.log &&
-    cmake --build build/flashinfer -j "$(nproc)" --target attention_bench' "$PAGODA_FLASHINFER_DIR"
+    cmake --build build/flashinfer -j "$(nproc)" --target attention_bench sampling_bench' \
+    "$PAGODA_FLASHINFER_DIR"
   step_tail=60 step attention_flashinfer build/flashinfer/src/attention_bench
+  step_tail=45 step sampling_flashinfer build/flashinfer/src/sampling_bench
 fi
 if python3 -c 'import torch' 2>/dev/null; then
   step attention_sdpa python3 tools/attention_sdpa.py
 fi
 step linear_bench "$build/src/linear_bench"
-step_tail=40 step sampling_bench "$build/src/sampling_bench"
+step_tail=45 step sampling_bench "$build/src/sampling_bench"
 for model in llama-3-8b gemma-4-e4b; do
   for mode in graphs eager; do
     flags=()
