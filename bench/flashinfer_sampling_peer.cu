@@ -7,7 +7,7 @@ namespace pagoda::bench {
 namespace {
 
 constexpr uint64_t kSeed = 1234;
-// Philox values one draw takes per thread; FlashInfer's callers advance the offset by as many.
+// Each run moves FlashInfer's Philox offset on by this much, so successive runs draw afresh.
 constexpr uint64_t kOffsetStep = 32;
 // The softmax's partial results at small batch: rows x ceil(vocab / 8192) of 8 bytes each, far
 // below this for the benchmark's shapes.
