@@ -454,7 +454,7 @@ bool prefer_tensor_cores(PlanKey key, int device, int64_t weight_bytes, bool cud
   if (!tensor_cores_apply) return false;
   if (!cuda_cores_apply) return true;
   if (gemv_form() != GemvForm::kTimed) return gemv_form() == GemvForm::kTensorCores;
-  if (key[0] == 1) return false;
+  if (key[0] == 1) return false;  // key[0]: rows of x
   key[8] = 1;
   return !first_is_faster(key, device, weight_bytes, 0.0f, cuda_cores, tensor_cores);
 }
