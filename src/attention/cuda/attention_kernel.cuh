@@ -52,6 +52,141 @@ __device__ __forceinline__ void store_piece(T* dst, uint4 x, float inverse) {
   }
 }
 
+// Scores into the log2 domain: q.k * scale * log2(e), or under a softcap c,
+// c * tanh(q.k * scale / c) * log2(e).
+struct ScoreScale {
+  float scale_log2;
+  float softcap_in;  // 0: no softcap
+  float softcap_out;
+  __device__ explicit ScoreScale(const Args& a)
+      : scale_log2(a.scale * kLog2e),
+        softcap_in(a.softcap > 0.0f ? a.scale / a.softcap : 0.0f),
+        softcap_out(a.softcap * kLog2e) {}
+};
+
+// One 16-row tile's scores of a chunk, s[kTiles][4] as mma fragments (s[j][e]: row g + 8 (e / 2),
+// key key_base + 8j + 2 (lane % 4) + e % 2): scaled into the log2 domain, masked outside each of
+// the thread's two rows' [lo, hi) and past `end` unless the chunk is `whole` (inside every row's
+// range), folded into the rows' running maxima m and sums l and turned into probabilities. The
+// rows' O accumulators are then due to be multiplied by alpha (rescale).
+template <int kTiles>
+__device__ __forceinline__ void softmax_scores(float (&s)[kTiles][4], float (&m)[2], float (&l)[2],
+                                               float (&alpha)[2], const ScoreScale& sc, bool whole,
+                                               int key_base, int end, const int (&lo)[2],
+                                               const int (&hi)[2]) {
+  const int t4 = threadIdx.x % 4;
+  // One branch each for the softcap and the mask, around straight-line code: a branch per
+  // element would leave the scheduler blocks of a few instructions.
+  if (sc.softcap_in > 0.0f) {
+#pragma unroll
+    for (int j = 0; j < kTiles; ++j) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        s[j][e] = sc.softcap_out * tanhf(s[j][e] * sc.softcap_in);
+    }
+  } else {
+#pragma unroll
+    for (int j = 0; j < kTiles; ++j) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        s[j][e] *= sc.scale_log2;
+    }
+  }
+  if (!whole) {
+#pragma unroll
+    for (int j = 0; j < kTiles; ++j) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int key = key_base + j * 8 + t4 * 2 + e % 2;
+        const bool visible = key < end && key < hi[e / 2] && key >= lo[e / 2];
+        s[j][e] = visible ? s[j][e] : kNegInf;
+      }
+    }
+  }
+  float chunk_max[2] = {kNegInf, kNegInf};
+#pragma unroll
+  for (int j = 0; j < kTiles; ++j) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e)
+      chunk_max[e / 2] = fmaxf(chunk_max[e / 2], s[j][e]);
+  }
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    chunk_max[i] = fmaxf(chunk_max[i], __shfl_xor_sync(0xffffffffu, chunk_max[i], 1));
+    chunk_max[i] = fmaxf(chunk_max[i], __shfl_xor_sync(0xffffffffu, chunk_max[i], 2));
+    const float m_new = fmaxf(m[i], chunk_max[i]);
+    const float m_use = m_new == kNegInf ? 0.0f : m_new;
+    alpha[i] = fast_exp2(m[i] - m_use);
+    m[i] = m_new;
+    l[i] *= alpha[i];
+#pragma unroll
+    for (int j = 0; j < kTiles; ++j) {
+      s[j][2 * i] = fast_exp2(s[j][2 * i] - m_use);
+      s[j][2 * i + 1] = fast_exp2(s[j][2 * i + 1] - m_use);
+      l[i] += s[j][2 * i] + s[j][2 * i + 1];
+    }
+  }
+}
+
+// A thread's two rows of O accumulators times the rows' alpha (from softmax_scores).
+template <int kOTiles>
+__device__ __forceinline__ void rescale(float (&o)[kOTiles][4], const float (&alpha)[2]) {
+  // Once the running maxima settle, most chunks leave O as it is.
+  if (__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f)) {
+#pragma unroll
+    for (int d = 0; d < kOTiles; ++d) {
+      o[d][0] *= alpha[0];
+      o[d][1] *= alpha[0];
+      o[d][2] *= alpha[1];
+      o[d][3] *= alpha[1];
+    }
+  }
+}
+
+// A row's running sum, of which each lane of a quad holds a part, made whole in every lane.
+__device__ __forceinline__ void sum_over_quad(float (&l)[2]) {
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    l[i] += __shfl_xor_sync(0xffffffffu, l[i], 1);
+    l[i] += __shfl_xor_sync(0xffffffffu, l[i], 2);
+  }
+}
+
+// A prefill CTA's output of one thread's two rows, CTA rows r0 and r0 + 8 of the tile starting at
+// query row `row_begin` (rows from `rows_here` on are past the sequence), from the rows' whole
+// softmax state (m, and l summed over the quad) and O accumulators, two columns a lane, each times
+// `out_scale`; with each row's natural log-sum-exp when asked for.
+template <int kOTiles>
+__device__ __forceinline__ void write_rows(const Args& a, const float (&o)[kOTiles][4],
+                                           const float (&m)[2], const float (&l)[2], int r0,
+                                           int row_begin, int rows_here, int kv_head, int q_begin,
+                                           int dv_offset, int slice, float out_scale) {
+  const int t4 = threadIdx.x % 4;
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const int r = r0 + 8 * i;
+    if (r >= rows_here) continue;
+    const int head = kv_head * a.group + (row_begin + r) % a.group;
+    const int token = q_begin + (row_begin + r) / a.group;
+    const float sink = a.sinks != nullptr ? a.sinks[head] * kLog2e : kNegInf;
+    const float m_all = fmaxf(m[i], sink);
+    const float m_use = m_all == kNegInf ? 0.0f : m_all;
+    const float weight = exp2f(m[i] - m_use);
+    const float l_all = l[i] * weight + exp2f(sink - m_use);
+    const float factor = l_all > 0.0f ? weight / l_all * out_scale : 0.0f;
+    bf16* out = a.out + token * a.out_token_stride + head * a.dv_total + dv_offset + t4 * 2;
+#pragma unroll
+    for (int d = 0; d < kOTiles; ++d) {
+      *reinterpret_cast<__nv_bfloat162*>(out + d * 8) =
+          __floats2bfloat162_rn(o[d][2 * i] * factor, o[d][2 * i + 1] * factor);
+    }
+    if (a.lse != nullptr && slice == 0 && t4 == 0) {
+      a.lse[token * a.num_kv_heads * a.group + head] =
+          l_all > 0.0f ? (m_use + log2f(l_all)) * kLn2 : kNegInf;
+    }
+  }
+}
+
 // T: the cache's element type, bf16 or e4m3.
 template <typename T, int kDk, int kDv, int kRowTiles, int kStages, int kChunkKeys, int kWarpTiles>
 __global__ void __launch_bounds__(
@@ -134,11 +269,7 @@ __global__ void __launch_bounds__(
   // mask.
   const int common_lo = a.window > 0 ? owned_before(a, max(0, highest_pos - a.window + 1)) : 0;
   const int common_hi = owned_before(a, lowest_pos + 1);
-  // Scores in the log2 domain: q.k * scale * log2(e), or under a softcap c,
-  // c * tanh(q.k * scale / c) * log2(e).
-  const float scale_log2 = a.scale * kLog2e;
-  const float softcap_in = a.softcap > 0.0f ? a.scale / a.softcap : 0.0f;
-  const float softcap_out = a.softcap * kLog2e;
+  const ScoreScale score_scale(a);
 
   float o[kWT][kDv / 8][4] = {};
   float m[kWT][2];
@@ -289,76 +420,17 @@ __global__ void __launch_bounds__(
       }
     }
 
-    // Scale, softcap and mask, in the log2 domain. A chunk wholly inside every row's visible
-    // range (the bulk of a long context) skips the mask.
+    // A chunk wholly inside every row's visible range (the bulk of a long context) skips the mask.
     const int key_base = start + c * kChunk + warp_keys * S::kKeysPerWarp;
     const int chunk_first = start + c * kChunk;
     const int chunk_last = chunk_first + kChunk - 1;
     const bool whole = chunk_last < end && chunk_last < common_hi && chunk_first >= common_lo;
 #pragma unroll
     for (int mt = 0; mt < kWT; ++mt) {
-      // One branch each for the softcap and the mask, around straight-line code: a branch per
-      // element would leave the scheduler blocks of a few instructions.
-      if (a.softcap > 0.0f) {
-#pragma unroll
-        for (int j = 0; j < kTiles; ++j) {
-#pragma unroll
-          for (int e = 0; e < 4; ++e)
-            s[mt][j][e] = softcap_out * tanhf(s[mt][j][e] * softcap_in);
-        }
-      } else {
-#pragma unroll
-        for (int j = 0; j < kTiles; ++j) {
-#pragma unroll
-          for (int e = 0; e < 4; ++e)
-            s[mt][j][e] *= scale_log2;
-        }
-      }
-      if (!whole) {
-#pragma unroll
-        for (int j = 0; j < kTiles; ++j) {
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int key = key_base + j * 8 + t4 * 2 + e % 2;
-            const bool visible = key < end && key < row_hi[mt][e / 2] && key >= row_lo[mt][e / 2];
-            s[mt][j][e] = visible ? s[mt][j][e] : kNegInf;
-          }
-        }
-      }
-      float chunk_max[2] = {kNegInf, kNegInf};
-#pragma unroll
-      for (int j = 0; j < kTiles; ++j) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e)
-          chunk_max[e / 2] = fmaxf(chunk_max[e / 2], s[mt][j][e]);
-      }
       float alpha[2];
-#pragma unroll
-      for (int i = 0; i < 2; ++i) {
-        chunk_max[i] = fmaxf(chunk_max[i], __shfl_xor_sync(0xffffffffu, chunk_max[i], 1));
-        chunk_max[i] = fmaxf(chunk_max[i], __shfl_xor_sync(0xffffffffu, chunk_max[i], 2));
-        const float m_new = fmaxf(m[mt][i], chunk_max[i]);
-        const float m_use = m_new == kNegInf ? 0.0f : m_new;
-        alpha[i] = fast_exp2(m[mt][i] - m_use);
-        m[mt][i] = m_new;
-        l[mt][i] *= alpha[i];
-#pragma unroll
-        for (int j = 0; j < kTiles; ++j) {
-          s[mt][j][2 * i] = fast_exp2(s[mt][j][2 * i] - m_use);
-          s[mt][j][2 * i + 1] = fast_exp2(s[mt][j][2 * i + 1] - m_use);
-          l[mt][i] += s[mt][j][2 * i] + s[mt][j][2 * i + 1];
-        }
-      }
-      // Once the running maxima settle, most chunks leave O as it is.
-      if (__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f)) {
-#pragma unroll
-        for (int d = 0; d < kDv / 8; ++d) {
-          o[mt][d][0] *= alpha[0];
-          o[mt][d][1] *= alpha[0];
-          o[mt][d][2] *= alpha[1];
-          o[mt][d][3] *= alpha[1];
-        }
-      }
+      softmax_scores(s[mt], m[mt], l[mt], alpha, score_scale, whole, key_base, end, row_lo[mt],
+                     row_hi[mt]);
+      rescale(o[mt], alpha);
     }
 
     // O += P · V, P taken from the score accumulators as the A operand.
@@ -418,42 +490,17 @@ __global__ void __launch_bounds__(
     }
   };
 #pragma unroll
-  for (int mt = 0; mt < kWT; ++mt) {
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      l[mt][i] += __shfl_xor_sync(0xffffffffu, l[mt][i], 1);
-      l[mt][i] += __shfl_xor_sync(0xffffffffu, l[mt][i], 2);
-    }
-  }
+  for (int mt = 0; mt < kWT; ++mt)
+    sum_over_quad(l[mt]);
 
   if constexpr (S::kKeyGroups == 1) {
     // Prefill (one key group, never split: Kernel::launch checks): each row's state is whole in
     // its warp, so the output goes straight from registers, two columns a lane.
+    const float out_scale = S::kWidens ? a.out_scale : 1.0f;
 #pragma unroll
     for (int mt = 0; mt < kWT; ++mt) {
-#pragma unroll
-      for (int i = 0; i < 2; ++i) {
-        const int r = tile_row(mt, i);
-        if (r >= rows_here) continue;
-        const int head = kv_head * a.group + (row_begin + r) % a.group;
-        const int token = q_begin + (row_begin + r) / a.group;
-        const float sink = a.sinks != nullptr ? a.sinks[head] * kLog2e : kNegInf;
-        const float m_all = fmaxf(m[mt][i], sink);
-        const float m_use = m_all == kNegInf ? 0.0f : m_all;
-        const float weight = exp2f(m[mt][i] - m_use);
-        const float l_all = l[mt][i] * weight + exp2f(sink - m_use);
-        const float factor = l_all > 0.0f ? rescaled(weight / l_all) : 0.0f;
-        bf16* out = a.out + token * a.out_token_stride + head * a.dv_total + dv_offset + t4 * 2;
-#pragma unroll
-        for (int d = 0; d < kDv / 8; ++d) {
-          *reinterpret_cast<__nv_bfloat162*>(out + d * 8) =
-              __floats2bfloat162_rn(o[mt][d][2 * i] * factor, o[mt][d][2 * i + 1] * factor);
-        }
-        if (a.lse != nullptr && slice == 0 && t4 == 0) {
-          a.lse[token * a.num_kv_heads * a.group + head] =
-              l_all > 0.0f ? (m_use + log2f(l_all)) * kLn2 : kNegInf;
-        }
-      }
+      write_rows(a, o[mt], m[mt], l[mt], tile_row(mt, 0), row_begin, rows_here, kv_head, q_begin,
+                 dv_offset, slice, out_scale);
     }
     return;
   }
