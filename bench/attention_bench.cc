@@ -237,9 +237,9 @@ Result run_case(const Tensor& pool, DType dtype, PageOrder order, int64_t page_p
 }
 
 // The prefill CTA shapes timed side by side; the first is every head's fallback.
-constexpr std::array<cuda::PrefillCtas, 3> kPrefillShapes = {cuda::PrefillCtas::k4Warps16Rows,
-                                                             cuda::PrefillCtas::k8Warps16Rows,
-                                                             cuda::PrefillCtas::k4Warps32Rows};
+constexpr std::array<cuda::PrefillCtas, 4> kPrefillShapes = {
+    cuda::PrefillCtas::k4Warps16Rows, cuda::PrefillCtas::k8Warps16Rows,
+    cuda::PrefillCtas::k4Warps32Rows, cuda::PrefillCtas::k2Warpgroups};
 
 struct PrefillResult {
   std::string refusal;  // why pagoda refused the shape; empty where it ran
@@ -333,7 +333,7 @@ PrefillResult run_prefill(const Tensor& pool, int64_t head, int64_t batch, int64
     // Each CTA shape the head has, checked against the first shape's output.
     Tensor reference;
     for (size_t i = 0; i < kPrefillShapes.size(); ++i) {
-      if (!cuda::prefill_ctas_available(kPrefillShapes[i], head, head)) continue;
+      if (!cuda::prefill_ctas_available(kPrefillShapes[i], head, head, DType::kBF16)) continue;
       plan.prefill_ctas = kPrefillShapes[i];
       attend();
       if (i == 0) reference = output.to(Device::cpu());
@@ -357,6 +357,8 @@ std::string prefill_shape_name(cuda::PrefillCtas ctas) {
       return "8×16";
     case cuda::PrefillCtas::k4Warps32Rows:
       return "4×32";
+    case cuda::PrefillCtas::k2Warpgroups:
+      return "wgmma";
     default:
       return "4×16";
   }
@@ -383,18 +385,20 @@ void print_prefill_table(const Tensor& pool, std::mt19937& rng) {
   fmt::print(
       "pagoda: its default CTAs for the head (default); then, for heads of 128 and 256, each CTA "
       "shape: 4 warps of 16 rows (4×16), 8 warps of 16 rows (8×16), 4 warps of 32 rows (4×32, "
-      "head 128), with the rel. diff of 8×16 and 4×32 from 4×16's output.\n\n");
+      "head 128), two warpgroups of 64 rows on wgmma (wgmma, head 128 on sm_90a), with the rel. "
+      "diff of each from 4×16's output.\n\n");
   fmt::print(
       "| head | prompts | default | µs | TFLOP/s | 4×16 µs | 8×16 µs | rel. diff | 4×32 µs | "
-      "rel. diff |{}\n",
+      "rel. diff | wgmma µs | rel. diff |{}\n",
       peer_header);
-  fmt::print("|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|{}\n", peer_rule);
+  fmt::print("|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|{}\n", peer_rule);
   std::vector<std::string> refusals;
   for (int64_t head : {128, 256, 512}) {
     for (const auto& [batch, prompt] : kPrefillBatches) {
       const PrefillResult r = run_prefill(pool, head, batch, prompt, kPeer, rng);
-      std::string cells =
-          fmt::format(" {} |", prefill_shape_name(cuda::default_prefill_ctas(head, head)));
+      std::string cells = fmt::format(
+          " {} |", prefill_shape_name(cuda::prefill_ctas_for(
+                       head, head, DType::kBF16, batch, kKvHeads, prompt * (kQHeads / kKvHeads))));
       cells += r.refusal.empty() ? fmt::format(" {:.0f} | {:.0f} |", r.us, r.flops / 1e12)
                                  : fmt::format(" — ({}) | — |", refusals.size() + 1);
       for (size_t i = 0; i < kPrefillShapes.size(); ++i) {

@@ -707,9 +707,8 @@ std::vector<BackendCase> backend_cases() {
     }
   }
 #if PAGODA_HAVE_CUDA
-  // The CUDA prefill rows of heads 128 and 256 under each CTA shape besides the head's default
-  // (which the cases above run): masks, windows, sinks, softcaps, DCP, padded rows and pages,
-  // e4m3 pages.
+  // The CUDA prefill rows of heads 128 and 256 under each CTA shape: masks, windows, sinks,
+  // softcaps, DCP, padded rows and pages, e4m3 pages.
   const std::vector<std::string> prefills = {"llama nhd",
                                              "padded pages 128",
                                              "sliding softcap sinks 256",
@@ -726,9 +725,10 @@ std::vector<BackendCase> backend_cases() {
     ++matched;
     for (const auto& [ctas, name] : {std::pair{cuda::PrefillCtas::k4Warps16Rows, "4x16"},
                                      std::pair{cuda::PrefillCtas::k8Warps16Rows, "8x16"},
-                                     std::pair{cuda::PrefillCtas::k4Warps32Rows, "4x32"}}) {
-      if (!cuda::prefill_ctas_available(ctas, c.head_k, c.head_v)) continue;
-      if (ctas == cuda::default_prefill_ctas(c.head_k, c.head_v)) continue;
+                                     std::pair{cuda::PrefillCtas::k4Warps32Rows, "4x32"},
+                                     std::pair{cuda::PrefillCtas::k2Warpgroups, "wgmma"}}) {
+      // Each by name, the default's too: which CTAs kDefault runs depends on the step's shape.
+      if (!cuda::prefill_ctas_available(ctas, c.head_k, c.head_v, c.cache_dtype)) continue;
       AttentionCase variant = c;
       variant.label += std::string(" prefill ctas ") + name;
       out.push_back({"cuda", variant, static_cast<int>(ctas)});

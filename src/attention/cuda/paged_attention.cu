@@ -9,6 +9,7 @@
 #include "attention/cuda/attention_kernel.cuh"
 #include "attention/cuda/device_metadata.h"
 #include "attention/cuda/paged_attention.h"
+#include "attention/cuda/prefill_wgmma.cuh"
 #include "core/cuda/context.h"
 #include "core/cuda/launch.h"
 
@@ -115,6 +116,28 @@ struct Kernel {
   }
 };
 
+// The warpgroup prefill kernel (prefill_wgmma.cuh), launched as Kernel is.
+template <int kChunk, int kStages>
+struct WarpgroupKernel {
+  using S = WarpgroupShape<kChunk, kStages>;
+  static_assert(S::kSmemBytes <= 227 * 1024, "the kernel's shared memory exceeds sm_90's");
+  static constexpr auto kFunction = prefill_wgmma_kernel<kChunk, kStages>;
+
+  static void launch(const Args& args, int num_seqs, int row_tiles) {
+    PAGODA_CHECK(args.dv_slices == 1 && args.num_splits == 1 && args.head_size_k == S::kD &&
+                     args.dv_total == S::kD,
+                 "the warpgroup prefill kernel takes whole 128-wide heads, unsplit");
+    static const bool prepared = [] {
+      PAGODA_CUDA_CHECK(cudaFuncSetAttribute(kFunction, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             S::kSmemBytes));
+      return true;
+    }();
+    (void)prepared;
+    const dim3 grid(num_seqs, args.num_kv_heads, row_tiles);
+    cuda::launch(kFunction, grid, S::kThreads, S::kSmemBytes, stream(), args);
+  }
+};
+
 // Calls body(Kernel<...>{}) for the instantiation of these head sizes. `wide` asks for decode
 // CTAs of 16 warps over 128-key chunks, in place of 8 warps over 64 keys: each CTA walks half as
 // many chunks, which pays where each multiprocessor holds one CTA anyway (batch-1 decode:
@@ -153,8 +176,14 @@ void with_kernel(int64_t dk, int64_t dv, bool wide, Body&& body) {
 // exist (prefill_ctas_available); k4Warps16Rows covers every head.
 template <typename T, int kStages, typename Body>
 void with_prefill_kernel(int64_t dk, int64_t dv, PrefillCtas ctas, Body&& body) {
-  PAGODA_CHECK(prefill_ctas_available(ctas, dk, dv),
-               "CUDA attention has no such prefill CTAs for head sizes K {} / V {}", dk, dv);
+  constexpr DType kCacheType = std::is_same_v<T, e4m3> ? DType::kF8E4M3 : DType::kBF16;
+  PAGODA_CHECK(prefill_ctas_available(ctas, dk, dv, kCacheType),
+               "CUDA attention has no such prefill CTAs for head sizes K {} / V {} and {} pages "
+               "here",
+               dk, dv, dtype_name(kCacheType));
+  if constexpr (std::is_same_v<T, bf16>) {
+    if (ctas == PrefillCtas::k2Warpgroups) return body(WarpgroupKernel<64, 5>{});
+  }
   if (ctas == PrefillCtas::k8Warps16Rows) {
     if (dk == 128) return body(Kernel<T, 128, 128, 8, kStages>{});
     return body(Kernel<T, 256, 256, 8, kStages>{});
@@ -189,12 +218,23 @@ int64_t choose_decode_splits(int64_t pairs, int64_t max_seq_len) {
                              kMaxDecodeSplits);
 }
 
+// The measured best prefill CTAs at these head sizes and cache type, for long prompts.
+PrefillCtas default_prefill_ctas(int64_t head_size_k, int64_t head_size_v, DType cache_dtype) {
+  if (prefill_ctas_available(PrefillCtas::k2Warpgroups, head_size_k, head_size_v, cache_dtype)) {
+    return PrefillCtas::k2Warpgroups;
+  }
+  if (head_size_k == 128 && head_size_v == 128) return PrefillCtas::k4Warps32Rows;
+  if (head_size_k == 256 && head_size_v == 256) return PrefillCtas::k8Warps16Rows;
+  return PrefillCtas::k4Warps16Rows;
+}
+
 }  // namespace
 
 // Measured on an H200 (attention_bench's prefill table, docs/performance.md): 128-row CTAs beat
 // 64-row ones at both heads, 4 warps of 32 rows at 128 (2-7%), 8 warps of 16 rows at 256 (1.6x:
 // 64-row CTAs of 256-wide heads leave one CTA of 4 warps per multiprocessor).
-bool prefill_ctas_available(PrefillCtas ctas, int64_t head_size_k, int64_t head_size_v) {
+bool prefill_ctas_available(PrefillCtas ctas, int64_t head_size_k, int64_t head_size_v,
+                            DType cache_dtype) {
   // 128-row CTAs of wider heads do not fit; 4 x 32 rows of a 256-wide head hold too many
   // accumulators.
   switch (ctas) {
@@ -202,15 +242,26 @@ bool prefill_ctas_available(PrefillCtas ctas, int64_t head_size_k, int64_t head_
       return head_size_k == head_size_v && (head_size_k == 128 || head_size_k == 256);
     case PrefillCtas::k4Warps32Rows:
       return head_size_k == 128 && head_size_v == 128;
+    case PrefillCtas::k2Warpgroups:
+      return head_size_k == 128 && head_size_v == 128 && cache_dtype == DType::kBF16 &&
+             has_warpgroup_mma();
     default:
       return true;
   }
 }
 
-PrefillCtas default_prefill_ctas(int64_t head_size_k, int64_t head_size_v) {
-  if (head_size_k == 128 && head_size_v == 128) return PrefillCtas::k4Warps32Rows;
-  if (head_size_k == 256 && head_size_v == 256) return PrefillCtas::k8Warps16Rows;
-  return PrefillCtas::k4Warps16Rows;
+PrefillCtas prefill_ctas_for(int64_t head_size_k, int64_t head_size_v, DType cache_dtype,
+                             int64_t seqs, int64_t kv_heads, int64_t max_rows) {
+  const PrefillCtas ctas = default_prefill_ctas(head_size_k, head_size_v, cache_dtype);
+  if (ctas != PrefillCtas::k2Warpgroups) return ctas;
+  // The warpgroup CTAs cost more to start and finish than the 4 x 32 ones and gain over each
+  // chunk of a long causal range. Measured on an H100 (docs/performance.md): ahead by 7-10% from
+  // prompts of 8k tokens on, and 6% end to end on a lone 512-token prompt (one wave of CTAs); but
+  // 1.22x the time on 64 prompts of 512 tokens and 1.04x on 16 of 2048, launches of many waves.
+  constexpr int64_t kLongRows = 4096 * 4;  // 4k tokens of a 4-head query group
+  const int64_t row_ctas = (max_rows + 127) / 128;
+  const bool one_wave = seqs * kv_heads * row_ctas <= multiprocessor_count();
+  return max_rows >= kLongRows || one_wave ? ctas : PrefillCtas::k4Warps32Rows;
 }
 
 int64_t decode_splits_for(int64_t head_size_k, int64_t head_size_v, int64_t pairs,
@@ -356,9 +407,10 @@ void paged_attention(const AttentionLayerParams& params, const Tensor& query, co
         kernel.launch(p, static_cast<int>(rest),
                       static_cast<int>((max_query * args.group + kRows - 1) / kRows));
       };
-      const PrefillCtas ctas = plan.prefill_ctas == PrefillCtas::kDefault
-                                   ? default_prefill_ctas(dk, dv)
-                                   : plan.prefill_ctas;
+      const PrefillCtas ctas =
+          plan.prefill_ctas == PrefillCtas::kDefault
+              ? prefill_ctas_for(dk, dv, cache_dtype, rest, hkv, max_query * args.group)
+              : plan.prefill_ctas;
       with_prefill_kernel<T, kPrefillStages>(dk, dv, ctas, launch_prefill);
     }
   });

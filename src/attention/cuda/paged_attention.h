@@ -33,11 +33,16 @@ inline constexpr int64_t kMaxQueriesPerKvHead = 64;
 int64_t decode_splits_for(int64_t head_size_k, int64_t head_size_v, int64_t pairs,
                           int64_t max_seq_len);
 
-// Whether prefill CTAs of shape `ctas` exist for these head sizes (kDefault and k4Warps16Rows:
-// for every head); a plan asking for others is refused.
-bool prefill_ctas_available(PrefillCtas ctas, int64_t head_size_k, int64_t head_size_v);
-// The prefill CTAs a plan of PrefillCtas::kDefault runs at these head sizes.
-PrefillCtas default_prefill_ctas(int64_t head_size_k, int64_t head_size_v);
+// Whether prefill CTAs of shape `ctas` exist for these head sizes and cache type on this device
+// (kDefault and k4Warps16Rows: for every head); a plan asking for others is refused.
+bool prefill_ctas_available(PrefillCtas ctas, int64_t head_size_k, int64_t head_size_v,
+                            DType cache_dtype);
+// The prefill CTAs a plan of PrefillCtas::kDefault runs for `seqs` prompts of at most `max_rows`
+// query rows (tokens x query heads per KV head) each, over `kv_heads` KV heads:
+// the measured best for the head, and for heads of 128 with bf16 pages on sm_90a the warpgroup
+// kernel unless the launch is many waves of short prompts.
+PrefillCtas prefill_ctas_for(int64_t head_size_k, int64_t head_size_v, DType cache_dtype,
+                             int64_t seqs, int64_t kv_heads, int64_t max_rows);
 
 // query: [T, Hq, Dk] bf16 (unit inner stride, rows may be strided); key [T, Hkv, Dk] and value
 // [T, Hkv, Dv] bf16, or both undefined (attend over the cache as it is). output: [T, Hq * Dv]

@@ -86,6 +86,25 @@ int multiprocessor_count() {
   return state().multiprocessors;
 }
 
+bool has_warpgroup_mma() {
+#if PAGODA_CUDA_SM90A
+  // Asked while tests are listed, also where there is no device: any failure is a no, and the
+  // runtime's error state is cleared.
+  int device = 0;
+  int major = 0;
+  int minor = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  return major == 9 && minor == 0;
+#else
+  return false;
+#endif
+}
+
 bool stream_is_capturing() {
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
   PAGODA_CUDA_CHECK(cudaStreamIsCapturing(stream(), &status));

@@ -66,6 +66,11 @@ int current_device_slot();
 // Multiprocessors of the current device.
 int multiprocessor_count();
 
+// Whether kernels built on Hopper's warpgroup products (wgmma) run here: the build has sm_90a code
+// (CMAKE_CUDA_ARCHITECTURES holds 90a, the default) and the current device is compute
+// capability 9.0. False without a device.
+bool has_warpgroup_mma();
+
 // True while stream() is being captured into a CUDA graph: host synchronisation is forbidden.
 bool stream_is_capturing();
 
