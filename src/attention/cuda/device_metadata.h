@@ -13,8 +13,9 @@
 namespace pagoda::cuda {
 
 // The shape of prefill CTAs, which tests and benchmarks compare. kDefault takes the measured best
-// for the head size; the others exist for heads of 128 and 256 (k4Warps32Rows and the warpgroup
-// kernels: 128 only, the latter for bf16 pages on sm_90a), and other heads keep k4Warps16Rows.
+// for the head size and the step; the others exist for heads of 128 and 256 (k4Warps32Rows and
+// k2Warpgroups: 128 only, the latter for bf16 pages on sm_90a), and other heads keep
+// k4Warps16Rows.
 enum class PrefillCtas {
   kDefault,
   k4Warps16Rows,  // 64 rows a CTA

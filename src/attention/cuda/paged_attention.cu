@@ -258,7 +258,7 @@ PrefillCtas prefill_ctas_for(int64_t head_size_k, int64_t head_size_v, DType cac
   // chunk of a long causal range. Measured on an H100 (docs/performance.md): ahead by 7-10% from
   // prompts of 8k tokens on, and 6% end to end on a lone 512-token prompt (one wave of CTAs); but
   // 1.22x the time on 64 prompts of 512 tokens and 1.04x on 16 of 2048, launches of many waves.
-  constexpr int64_t kLongRows = 4096 * 4;  // 4k tokens of a 4-head query group
+  constexpr int64_t kLongRows = 4096 * 4;  // 4k tokens of Llama-3-8B's 4-head query groups
   const int64_t row_ctas = (max_rows + 127) / 128;
   const bool one_wave = seqs * kv_heads * row_ctas <= multiprocessor_count();
   return max_rows >= kLongRows || one_wave ? ctas : PrefillCtas::k4Warps32Rows;
