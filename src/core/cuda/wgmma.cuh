@@ -28,17 +28,25 @@ __host__ __device__ constexpr int swizzled_offset(int r, int c, int rows) {
   return c / 64 * rows * 128 + r * 128 + ((c % 64 / 8) ^ (r % 8)) * 16 + c % 8 * 2;
 }
 
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define PAGODA_WGMMA_ASM(...) asm volatile(__VA_ARGS__)
+#else
+// Built for a target without wgmma (the host pass, or an architecture other than sm_90a): the
+// kernels that call these are never launched there (prefill_ctas_available).
+#define PAGODA_WGMMA_ASM(...) __trap()
+#endif
+
 // Orders the warpgroup's register and shared-memory accesses before the products that follow.
 __device__ __forceinline__ void fence() {
-  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+  PAGODA_WGMMA_ASM("wgmma.fence.sync.aligned;\n" ::: "memory");
 }
 __device__ __forceinline__ void commit() {
-  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+  PAGODA_WGMMA_ASM("wgmma.commit_group.sync.aligned;\n" ::: "memory");
 }
 // Waits until at most kPending committed groups are still running.
 template <int kPending>
 __device__ __forceinline__ void wait() {
-  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending) : "memory");
+  PAGODA_WGMMA_ASM("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending) : "memory");
 }
 // Shared memory written through the generic proxy (st.shared, cp.async) becomes visible to the
 // products, which read it through the async proxy: each writer calls this before the barrier.
@@ -57,14 +65,6 @@ __device__ __forceinline__ void hold(float (&d)[kTiles][4]) {
 }
 
 #define PAGODA_WG_ACC(d, j) "+f"(d[j][0]), "+f"(d[j][1]), "+f"(d[j][2]), "+f"(d[j][3])
-
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-#define PAGODA_WGMMA_ASM(...) asm volatile(__VA_ARGS__)
-#else
-// Built for a target without wgmma (the host pass, or an architecture other than sm_90a): the
-// kernels that call these are never launched there (prefill_ctas_available).
-#define PAGODA_WGMMA_ASM(...) __trap()
-#endif
 
 // d (+)= A · B, bf16 A (64 x 16, K-major) and B (16 x N, K-major) in shared memory; `accumulate`
 // false overwrites d.
