@@ -1,6 +1,7 @@
-// Inline PTX the paged attention kernel is built from: cp.async copies into shared memory,
+// Inline PTX the paged attention kernels are built from: cp.async copies into shared memory,
 // ldmatrix, e4m3 rows widened and narrowed, and the special-function-unit exp2; with the
-// tensor-core products of core/cuda/tensor_core.cuh (bf16, or f16 for e4m3 pages) (sm_89+).
+// tensor-core products of core/cuda/tensor_core.cuh (bf16, or f16 for e4m3 pages) (sm_89+); and
+// the shared-memory and named barriers of the warpgroup prefill kernel (sm_90).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -38,6 +39,41 @@ __device__ __forceinline__ void copy_commit() {
 template <int kPending>
 __device__ __forceinline__ void copy_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
+}
+
+// Shared-memory barriers (mbarrier) that count `count` arrivals a phase; each completed phase
+// flips the parity that waiters name.
+__device__ __forceinline__ void barrier_init(uint64_t* barrier, int count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_address(barrier)), "r"(count)
+               : "memory");
+}
+__device__ __forceinline__ void barrier_arrive(uint64_t* barrier) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_address(barrier))
+               : "memory");
+}
+// An arrival that lands once every cp.async this thread has issued so far has.
+__device__ __forceinline__ void barrier_arrive_after_copies(uint64_t* barrier) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(smem_address(barrier))
+               : "memory");
+}
+// Waits until the phase of parity `parity` has completed.
+__device__ __forceinline__ void barrier_wait(uint64_t* barrier, int parity) {
+  uint32_t done = 0;
+  while (done == 0) {
+    asm volatile(
+        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+        "selp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(smem_address(barrier)), "r"(parity)
+        : "memory");
+  }
+}
+// Named barrier `id` (1-15) of `threads` threads: wait there, or arrive without waiting.
+__device__ __forceinline__ void named_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+__device__ __forceinline__ void named_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 
 __device__ __forceinline__ void load_matrix_x4(uint32_t (&r)[4], const void* p) {

@@ -255,9 +255,9 @@ PrefillCtas prefill_ctas_for(int64_t head_size_k, int64_t head_size_v, DType cac
   const PrefillCtas ctas = default_prefill_ctas(head_size_k, head_size_v, cache_dtype);
   if (ctas != PrefillCtas::k2Warpgroups) return ctas;
   // The warpgroup CTAs cost more to start and finish than the 4 x 32 ones and gain over each
-  // chunk of a long causal range. Measured on an H100 (docs/performance.md): ahead by 7-10% from
-  // prompts of 8k tokens on, and 6% end to end on a lone 512-token prompt (one wave of CTAs); but
-  // 1.22x the time on 64 prompts of 512 tokens and 1.04x on 16 of 2048, launches of many waves.
+  // chunk of a long causal range. Measured on an H100 (docs/performance.md): 0.81-0.84x the time
+  // from prompts of 8k tokens on, and 0.94x end to end on a lone 512-token prompt (one wave of
+  // CTAs); level on 16 prompts of 2048 tokens, 1.21x on 64 of 512 (launches of many waves).
   constexpr int64_t kLongRows = 4096 * 4;  // 4k tokens of Llama-3-8B's 4-head query groups
   const int64_t row_ctas = (max_rows + 127) / 128;
   const bool one_wave = seqs * kv_heads * row_ctas <= multiprocessor_count();

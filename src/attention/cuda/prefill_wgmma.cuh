@@ -8,7 +8,10 @@
 // warpgroup computes S = Q K^T into registers, runs the online softmax on them there (the code of
 // attention_kernel), and adds P V, P taken from those registers as the A operand and V read
 // N-major. As FlashAttention-3 orders them, chunk c's S = Q K^T is queued, then chunk c - 1's P V,
-// so that P V runs beside chunk c's softmax; copies run kStages - 2 chunks ahead.
+// so that P V runs beside chunk c's softmax, and the two warpgroups queue their products in turn,
+// so that one's softmax runs beside the other's products. No barrier of the whole CTA paces the
+// chunks: per stage, one shared-memory barrier counts the copies landed and another the threads
+// done with it, so the warpgroups keep their own pace; copies run kStages - 2 chunks ahead.
 #pragma once
 
 #include "attention/cuda/attention_kernel.cuh"
@@ -128,12 +131,27 @@ __global__ void __launch_bounds__(WarpgroupShape<kChunkKeys, kStageCount>::kThre
   const int common_hi = owned_before(a, lowest_pos + 1);
   const ScoreScale score_scale(a);
 
-  auto issue = [&](int chunk) {
-    if (chunk < num_chunks) {
-      load_swizzled_chunk<S>(a, seq, kv_head, start + chunk * kChunk, end, window, stage(chunk),
-                             stage(chunk) + S::kTileBytes);
-    }
-    copy_commit();  // an empty group keeps one group per chunk
+  // Per stage: `full` completes a phase when every thread's copies of a chunk have landed, `empty`
+  // when every thread is done with the chunk's products. The two warpgroups meet only there and
+  // in turns at the products (below), so one may run up to a few chunks ahead of the other.
+  __shared__ uint64_t full[S::kStages];
+  __shared__ uint64_t empty[S::kStages];
+  if (threadIdx.x < S::kStages) {
+    barrier_init(&full[threadIdx.x], S::kThreads);
+    barrier_init(&empty[threadIdx.x], S::kThreads);
+  }
+  __syncthreads();
+  const auto issue = [&](int chunk) {
+    if (chunk >= num_chunks) return;
+    const int slot = chunk % S::kStages;
+    if (chunk >= S::kStages) barrier_wait(&empty[slot], (chunk / S::kStages - 1) & 1);
+    load_swizzled_chunk<S>(a, seq, kv_head, start + chunk * kChunk, end, window, stage(chunk),
+                           stage(chunk) + S::kTileBytes);
+    barrier_arrive_after_copies(&full[slot]);
+  };
+  const auto await_chunk = [&](int chunk) {
+    barrier_wait(&full[chunk % S::kStages], chunk / S::kStages & 1);
+    wgmma::fence_shared_for_products();
   };
   // As in attention_kernel: the pages cached before this step's tokens load while the kernels
   // before this one finish.
@@ -216,9 +234,9 @@ __global__ void __launch_bounds__(WarpgroupShape<kChunkKeys, kStageCount>::kThre
     }
   };
 
-  copy_wait<S::kStages - 3>();  // chunk 0
   wgmma::fence_shared_for_products();
-  __syncthreads();  // chunk 0 and Q are visible to all
+  __syncthreads();  // Q is visible to all
+  await_chunk(0);
   issue(S::kStages - 2);
   queue_scores(0);
   wgmma::wait<0>();
@@ -226,22 +244,24 @@ __global__ void __launch_bounds__(WarpgroupShape<kChunkKeys, kStageCount>::kThre
   pack_probabilities();
   // Chunk c's S runs while O is rescaled, then beside chunk c - 1's P V while chunk c's softmax
   // runs. Every product is queued unconditionally: one queued under a branch makes ptxas
-  // serialize all of the kernel's products.
+  // serialize all of the kernel's products. The warpgroups queue their products in turn (named
+  // barriers 1 and 2, warpgroup 0 first), so one's softmax runs beside the other's products.
+  if (warpgroup == 1) named_arrive(1, S::kThreads);
   for (int c = 1; c < num_chunks; ++c) {
-    copy_wait<S::kStages - 3>();  // chunk c
-    wgmma::fence_shared_for_products();
-    // Chunk c is visible to all, and every product of chunk c - 2 is done (each thread waited
-    // for them), so its stage refills.
-    __syncthreads();
     issue(c + S::kStages - 2);
+    await_chunk(c);
+    named_sync(1 + warpgroup, S::kThreads);
     queue_scores(c);
     queue_values(c - 1);
+    named_arrive(2 - warpgroup, S::kThreads);
     wgmma::wait<1>();
     softmax(c);
     wgmma::wait<0>();
     wgmma::hold(o);
+    barrier_arrive(&empty[(c - 1) % S::kStages]);
     pack_probabilities();
   }
+  if (warpgroup == 0) named_sync(1, S::kThreads);  // warpgroup 1's last turn, so none is pending
   queue_values(num_chunks - 1);
   wgmma::wait<0>();
   wgmma::hold(o);

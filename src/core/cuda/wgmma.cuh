@@ -49,7 +49,8 @@ __device__ __forceinline__ void wait() {
   PAGODA_WGMMA_ASM("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending) : "memory");
 }
 // Shared memory written through the generic proxy (st.shared, cp.async) becomes visible to the
-// products, which read it through the async proxy: each writer calls this before the barrier.
+// products, which read it through the async proxy: called once the writes are known to be done (by
+// the writer before a barrier, or by a reader after a barrier that counted them).
 __device__ __forceinline__ void fence_shared_for_products() {
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
