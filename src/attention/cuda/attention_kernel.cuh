@@ -302,16 +302,8 @@ __global__ void __launch_bounds__(
     }
     copy_commit();  // an empty group keeps the count of groups per chunk fixed
   };
-  // Until the kernels before this one finish, only what they cannot write is read: the step's
-  // metadata, and pages of positions cached before this step's tokens (earlier kernels write K/V
-  // only at this step's positions). The first chunks of those load while the kernels finish.
-  if (num_chunks > 0) fill_window<kThreads>(a, seq, a.block_divisor.divide(start), window);
-  int early = 0;
-  const int cached_keys = owned_before(a, first_pos);
-  while (early < S::kStages - 1 && early < num_chunks &&
-         start + (early + 1) * kChunk <= cached_keys) {
-    issue(early++);
-  }
+  const int early = issue_cached_chunks<kThreads, kChunk>(
+      a, seq, start, num_chunks, owned_before(a, first_pos), S::kStages - 1, window, issue);
   start_after_prior_kernels();
   if (a.new_k != nullptr && start < kv_hi && kv_hi <= start + per_split) {
     // The decoding token's K row and V slice, where this CTA and no other reads them.

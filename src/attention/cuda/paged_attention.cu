@@ -138,6 +138,9 @@ struct WarpgroupKernel {
   }
 };
 
+// The warpgroup kernel's one instantiation: chunks of 64 keys, five stages.
+using PrefillWarpgroups = WarpgroupKernel<64, 5>;
+
 // Calls body(Kernel<...>{}) for the instantiation of these head sizes. `wide` asks for decode
 // CTAs of 16 warps over 128-key chunks, in place of 8 warps over 64 keys: each CTA walks half as
 // many chunks, which pays where each multiprocessor holds one CTA anyway (batch-1 decode:
@@ -182,7 +185,7 @@ void with_prefill_kernel(int64_t dk, int64_t dv, PrefillCtas ctas, Body&& body) 
                "here",
                dk, dv, dtype_name(kCacheType));
   if constexpr (std::is_same_v<T, bf16>) {
-    if (ctas == PrefillCtas::k2Warpgroups) return body(WarpgroupKernel<64, 5>{});
+    if (ctas == PrefillCtas::k2Warpgroups) return body(PrefillWarpgroups{});
   }
   if (ctas == PrefillCtas::k8Warps16Rows) {
     if (dk == 128) return body(Kernel<T, 128, 128, 8, kStages>{});
@@ -259,7 +262,8 @@ PrefillCtas prefill_ctas_for(int64_t head_size_k, int64_t head_size_v, DType cac
   // from prompts of 8k tokens on, and 0.94x end to end on a lone 512-token prompt (one wave of
   // CTAs); level on 16 prompts of 2048 tokens, 1.21x on 64 of 512 (launches of many waves).
   constexpr int64_t kLongRows = 4096 * 4;  // 4k tokens of Llama-3-8B's 4-head query groups
-  const int64_t row_ctas = (max_rows + 127) / 128;
+  constexpr int64_t kRows = PrefillWarpgroups::S::kRows;
+  const int64_t row_ctas = (max_rows + kRows - 1) / kRows;
   const bool one_wave = seqs * kv_heads * row_ctas <= multiprocessor_count();
   return max_rows >= kLongRows || one_wave ? ctas : PrefillCtas::k4Warps32Rows;
 }

@@ -144,6 +144,22 @@ __device__ inline void fill_window(const Args& a, int seq, int first_page, Table
   __syncthreads();
 }
 
+// Until the kernels before this one finish, only what they cannot write is read: the step's
+// metadata, and pages of positions cached before this step's tokens (earlier kernels write K/V
+// only at this step's positions). Fills the table window from the page of key `start` and queues,
+// through issue(chunk), up to `limit` of the first of `num_chunks` chunks of kChunk keys that lie
+// wholly below `cached_keys`, so that they load while those kernels finish; returns how many.
+template <int kThreads, int kChunk, typename Issue>
+__device__ __forceinline__ int issue_cached_chunks(const Args& a, int seq, int start,
+                                                   int num_chunks, int cached_keys, int limit,
+                                                   TableWindow& window, Issue&& issue) {
+  if (num_chunks > 0) fill_window<kThreads>(a, seq, a.block_divisor.divide(start), window);
+  int early = 0;
+  while (early < limit && early < num_chunks && start + (early + 1) * kChunk <= cached_keys)
+    issue(early++);
+  return early;
+}
+
 // Element offset in one of K or V of the row at `pos`, plus `within`: the head's and the piece's
 // offset inside the row's page. Within a page every offset fits 32 bits (checked on the host), so
 // only the page's start is 64-bit. Loads past `end` copy nothing; their address is kept in range.

@@ -153,15 +153,8 @@ __global__ void __launch_bounds__(WarpgroupShape<kChunkKeys, kStageCount>::kThre
     barrier_wait(&full[chunk % S::kStages], chunk / S::kStages & 1);
     wgmma::fence_shared_for_products();
   };
-  // As in attention_kernel: the pages cached before this step's tokens load while the kernels
-  // before this one finish.
-  if (num_chunks > 0) fill_window<S::kThreads>(a, seq, a.block_divisor.divide(start), window);
-  int early = 0;
-  const int cached_keys = owned_before(a, first_pos);
-  while (early < S::kStages - 2 && early < num_chunks &&
-         start + (early + 1) * kChunk <= cached_keys) {
-    issue(early++);
-  }
+  const int early = issue_cached_chunks<S::kThreads, kChunk>(
+      a, seq, start, num_chunks, owned_before(a, first_pos), S::kStages - 2, window, issue);
   start_after_prior_kernels();
   for (int c = early; c < S::kStages - 2; ++c)
     issue(c);

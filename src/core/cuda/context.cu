@@ -1,6 +1,7 @@
 #include <dlfcn.h>
 
 #include <array>
+#include <atomic>
 #include <mutex>
 #include <string>
 
@@ -88,18 +89,27 @@ int multiprocessor_count() {
 
 bool has_warpgroup_mma() {
 #if PAGODA_CUDA_SM90A
-  // Asked while tests are listed, also where there is no device: any failure is a no, and the
-  // runtime's error state is cleared.
+  // Asked at every prefill launch, and while tests are listed, also where there is no device: any
+  // failure is a no (not kept), with the runtime's error state cleared; a device's answer is kept.
+  static std::array<std::atomic<int>, kMaxDevices> known{};  // 0: not asked, 1: no, 2: yes
   int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= kMaxDevices) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  if (const int answer = known[device].load(std::memory_order_relaxed); answer != 0) {
+    return answer == 2;
+  }
   int major = 0;
   int minor = 0;
-  if (cudaGetDevice(&device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
+  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
       cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess) {
     (void)cudaGetLastError();
     return false;
   }
-  return major == 9 && minor == 0;
+  const bool yes = major == 9 && minor == 0;
+  known[device].store(yes ? 2 : 1, std::memory_order_relaxed);
+  return yes;
 #else
   return false;
 #endif
