@@ -331,19 +331,30 @@ __global__ void __launch_bounds__(
   for (int c = early; c < S::kStages - 1; ++c)
     issue(c);
   // Query rows of this tile; rows past the sequence are zero. A barrier publishes them: the
-  // loop's first, or for decode warps, which have none in the loop, the one after.
+  // loop's first, or for decode warps, which have none in the loop, the one after. A prefill CTA's
+  // bf16 rows (16 pieces a thread) are copied by cp.async, so that a thread's loads are all in
+  // flight at once (each load into registers waited for its store before the next went out), as one
+  // group, which the loop's first wait covers (with two stages it waits for every group). A decode
+  // CTA's rows (a piece a thread) and f16 ones (converted on the way) are loaded.
+  constexpr bool kCopyQ = !kWarpCopies && !S::kWidens;
+  static_assert(!kCopyQ || S::kStages == 2);
   for (int i = threadIdx.x; i < S::kRows * (kDk / 8); i += kThreads) {
     const int r = i / (kDk / 8);
     const int piece = i % (kDk / 8);
     const int row = row_begin + r;
-    uint4 value = make_uint4(0, 0, 0, 0);
-    if (r < rows_here && piece * 8 < a.head_size_k) {
-      value = *reinterpret_cast<const uint4*>(
-          a.q + (q_begin + row / a.group) * a.q_token_stride +
-          (kv_head * a.group + row % a.group) * a.q_head_stride + piece * 8);
+    const bool valid = r < rows_here && piece * 8 < a.head_size_k;
+    const bf16* src = valid ? a.q + (q_begin + row / a.group) * a.q_token_stride +
+                                  (kv_head * a.group + row % a.group) * a.q_head_stride + piece * 8
+                            : a.q;
+    M* dst = q_s + r * S::kKStride + piece * 8;
+    if constexpr (kCopyQ) {
+      copy_16(dst, src, valid);
+    } else {
+      const uint4 value = valid ? *reinterpret_cast<const uint4*>(src) : make_uint4(0, 0, 0, 0);
+      *reinterpret_cast<uint4*>(dst) = to_math<M>(value);
     }
-    *reinterpret_cast<uint4*>(q_s + r * S::kKStride + piece * 8) = to_math<M>(value);
   }
+  if constexpr (kCopyQ) copy_commit();
   if constexpr (kWarpCopies) __syncthreads();
   for (int c = 0; c < num_chunks; ++c) {
     copy_wait<S::kStages - 2>();

@@ -136,10 +136,12 @@ __global__ void __launch_bounds__(WarpgroupShape<kChunkKeys, kStageCount>::kThre
   // in turns at the products (below), so one may run up to a few chunks ahead of the other.
   __shared__ uint64_t full[S::kStages];
   __shared__ uint64_t empty[S::kStages];
+  __shared__ uint64_t q_full;  // every thread's copies of Q have landed
   if (threadIdx.x < S::kStages) {
     barrier_init(&full[threadIdx.x], S::kThreads);
     barrier_init(&empty[threadIdx.x], S::kThreads);
   }
+  if (threadIdx.x == 0) barrier_init(&q_full, S::kThreads);
   __syncthreads();
   const auto issue = [&](int chunk) {
     if (chunk >= num_chunks) return;
@@ -156,24 +158,26 @@ __global__ void __launch_bounds__(WarpgroupShape<kChunkKeys, kStageCount>::kThre
   const int early = issue_cached_chunks<S::kThreads, kChunk>(
       a, seq, start, num_chunks, owned_before(a, first_pos), S::kStages - 2, window, issue);
   start_after_prior_kernels();
-  for (int c = early; c < S::kStages - 2; ++c)
-    issue(c);
-  // Query rows of this tile, rows past the sequence zero.
+  // Query rows of this tile, rows past the sequence zero, copied by cp.async so that all of a
+  // thread's loads are in flight at once; q_full counts them (and the early chunks before them).
   for (int slot = threadIdx.x; slot < S::kRows * S::kD / 8; slot += S::kThreads) {
     const SwizzledPiece<S::kRows> at(slot);
     const int row = row_begin + at.row;
-    uint4 value = make_uint4(0, 0, 0, 0);
-    if (at.row < rows_here) {
-      value = *reinterpret_cast<const uint4*>(
-          a.q + (q_begin + row / a.group) * a.q_token_stride +
-          (kv_head * a.group + row % a.group) * a.q_head_stride + at.column);
-    }
-    *reinterpret_cast<uint4*>(q_s + at.offset) = value;
+    const bool valid = at.row < rows_here;
+    copy_16(q_s + at.offset,
+            valid ? a.q + (q_begin + row / a.group) * a.q_token_stride +
+                        (kv_head * a.group + row % a.group) * a.q_head_stride + at.column
+                  : a.q,
+            valid);
   }
+  barrier_arrive_after_copies(&q_full);
+  for (int c = early; c < S::kStages - 2; ++c)
+    issue(c);
 
   float o[kOTiles][4] = {};
   float m[2] = {kNegInf, kNegInf};
   float l[2] = {0.0f, 0.0f};
+  barrier_wait(&q_full, 0);
   if (num_chunks == 0) {  // rows that see no key here (decode context parallelism)
     write_rows(a, o, m, l, r0, row_begin, rows_here, kv_head, q_begin, 0, 0, 1.0f);
     return;
@@ -227,8 +231,7 @@ __global__ void __launch_bounds__(WarpgroupShape<kChunkKeys, kStageCount>::kThre
     }
   };
 
-  wgmma::fence_shared_for_products();
-  __syncthreads();  // Q is visible to all
+  wgmma::fence_shared_for_products();  // Q, landed, is visible to the products
   await_chunk(0);
   issue(S::kStages - 2);
   queue_scores(0);
