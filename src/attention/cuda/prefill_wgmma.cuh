@@ -81,55 +81,160 @@ __device__ __forceinline__ void load_swizzled_chunk(const Args& a, int seq, int 
   }
 }
 
+// Queues the CTA's query rows (rows past the sequence zero) into the swizzled Q tile: kWorkers
+// threads, this one number `worker`, all of a thread's copies in flight at once.
+template <typename S, int kWorkers>
+__device__ __forceinline__ void load_query_rows(const Args& a, int kv_head, int q_begin,
+                                                int row_begin, int rows_here, int worker,
+                                                unsigned char* q_s) {
+  for (int slot = worker; slot < S::kRows * S::kD / 8; slot += kWorkers) {
+    const SwizzledPiece<S::kRows> at(slot);
+    const int row = row_begin + at.row;
+    const bool valid = at.row < rows_here;
+    copy_16(q_s + at.offset,
+            valid ? a.q + (q_begin + row / a.group) * a.q_token_stride +
+                        (kv_head * a.group + row % a.group) * a.q_head_stride + at.column
+                  : a.q,
+            valid);
+  }
+}
+
+// A CTA's tile of kRows query rows and the keys they see, by local index: [start, end) in
+// num_chunks chunks; keys in [common_lo, common_hi) every row sees.
+struct WarpgroupTile {
+  int seq, kv_head, q_begin, row_begin, rows_here, first_pos, start, end, num_chunks, common_lo,
+      common_hi;
+
+  // False for a tile past a shorter sequence.
+  __device__ bool take(const Args& a, int rows, int chunk) {
+    seq = a.seq_offset + blockIdx.x;
+    kv_head = blockIdx.y;
+    const int row_tile = gridDim.z - 1 - blockIdx.z;  // the longest causal ranges first
+    q_begin = a.query_start[seq];
+    const int q_len = a.query_start[seq + 1] - q_begin;
+    const int seq_len = a.seq_lens[seq];
+    row_begin = row_tile * rows;
+    const int num_rows = q_len * a.group;
+    if (row_begin >= num_rows) return false;
+    rows_here = min(rows, num_rows - row_begin);
+    first_pos = seq_len - q_len;
+    const int lowest_pos = first_pos + row_begin / a.group;
+    const int highest_pos = first_pos + (row_begin + rows_here - 1) / a.group;
+    start = owned_before(a, a.window > 0 ? max(0, lowest_pos - a.window + 1) : 0);
+    end = owned_before(a, highest_pos + 1);
+    num_chunks = end > start ? (end - start + chunk - 1) / chunk : 0;
+    common_lo = a.window > 0 ? owned_before(a, max(0, highest_pos - a.window + 1)) : 0;
+    common_hi = owned_before(a, lowest_pos + 1);
+    return true;
+  }
+};
+
+// One computing warpgroup's state and steps: 64 rows of O, their softmax state, a chunk's scores
+// and the probabilities of the chunk before as P V's A fragments.
+template <typename S>
+struct WarpgroupRows {
+  static constexpr int kTiles = S::kChunk / 8;
+  static constexpr int kOTiles = S::kD / 8;
+  const unsigned char* q_rows;  // the warpgroup's rows of the Q tile
+  int r0;                       // this thread's CTA rows r0 and r0 + 8
+  int row_lo[2];                // the keys each sees, by local index
+  int row_hi[2];
+  ScoreScale score_scale;
+  float o[kOTiles][4] = {};
+  float m[2] = {kNegInf, kNegInf};
+  float l[2] = {0.0f, 0.0f};
+  float s[kTiles][4];
+  uint32_t p[S::kChunk / 16][4];
+  float alpha[2];  // O's rescale for p
+
+  __device__ WarpgroupRows(const Args& a, const WarpgroupTile& t, int warpgroup,
+                           const unsigned char* q_s)
+      : q_rows(q_s + warpgroup * 64 * 128),
+        r0(warpgroup * 64 + threadIdx.x / 32 % 4 * 16 + threadIdx.x % 32 / 4),
+        score_scale(a) {
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int r = r0 + 8 * i;
+      const int pos = t.first_pos + (t.row_begin + r) / a.group;
+      row_hi[i] = r < t.rows_here ? owned_before(a, pos + 1) : 0;
+      row_lo[i] = a.window > 0 ? owned_before(a, max(0, pos - a.window + 1)) : 0;
+    }
+  }
+
+  // S = Q K^T of a chunk (queued): both K-major, a k16 step 32 bytes along the rows, the second 64
+  // columns in the tiles' second block.
+  __device__ __forceinline__ void queue_scores(const unsigned char* k_tile) {
+    wgmma::fence();
+#pragma unroll
+    for (int kc = 0; kc < S::kD / 16; ++kc) {
+      const int column = kc % 4 * 32;
+      wgmma::mma_bf16_ss<S::kChunk>(
+          s, wgmma::descriptor(q_rows + kc / 4 * S::kRows * 128 + column, 16, 1024),
+          wgmma::descriptor(k_tile + kc / 4 * S::kChunk * 128 + column, 16, 1024), kc > 0);
+    }
+    wgmma::commit();
+  }
+
+  // O = O * alpha + P V of a chunk (queued). V is N-major: 16 keys (two 8-row groups of 1 KiB) a
+  // step, the second 64 columns a tile's block on.
+  __device__ __forceinline__ void queue_values(const unsigned char* v_tile) {
+    rescale(o, alpha);
+    wgmma::fence();
+#pragma unroll
+    for (int kk = 0; kk < S::kChunk / 16; ++kk) {
+      wgmma::mma_bf16_rs_n128_mn_major(
+          o, p[kk], wgmma::descriptor(v_tile + kk * 16 * 128, S::kChunk * 128, 1024));
+    }
+    wgmma::commit();
+  }
+
+  // The scores of a chunk, once its products are done, into probabilities and P's fragments.
+  __device__ __forceinline__ void softmax(const WarpgroupTile& t, int chunk) {
+    wgmma::hold(s);
+    const int chunk_first = t.start + chunk * S::kChunk;
+    const int chunk_last = chunk_first + S::kChunk - 1;
+    const bool whole = chunk_last < t.end && chunk_last < t.common_hi && chunk_first >= t.common_lo;
+    softmax_scores(s, m, l, alpha, score_scale, whole, chunk_first, t.end, row_lo, row_hi);
+  }
+
+  // The probabilities into P's fragments, once the P V that reads the previous ones is done.
+  __device__ __forceinline__ void pack_probabilities() {
+#pragma unroll
+    for (int kk = 0; kk < S::kChunk / 16; ++kk) {
+      p[kk][0] = pack<bf16>(s[2 * kk][0], s[2 * kk][1]);
+      p[kk][1] = pack<bf16>(s[2 * kk][2], s[2 * kk][3]);
+      p[kk][2] = pack<bf16>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+      p[kk][3] = pack<bf16>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+    }
+  }
+
+  // The rows' outputs, once the last P V is done.
+  __device__ __forceinline__ void write(const Args& a, const WarpgroupTile& t) {
+    sum_over_quad(l);
+    write_rows(a, o, m, l, r0, t.row_begin, t.rows_here, t.kv_head, t.q_begin, 0, 0, 1.0f);
+  }
+};
+
+// The 1 KiB-aligned start of the tiles in the shared window.
+__device__ __forceinline__ unsigned char* aligned_tiles(uint4* shared) {
+  const uint32_t raw_address = smem_address(shared);
+  return reinterpret_cast<unsigned char*>(shared) + ((1024 - raw_address % 1024) % 1024);
+}
+
 template <int kChunkKeys, int kStageCount>
 __global__ void __launch_bounds__(WarpgroupShape<kChunkKeys, kStageCount>::kThreads, 1)
     prefill_wgmma_kernel(const Args a) {
   using S = WarpgroupShape<kChunkKeys, kStageCount>;
   constexpr int kChunk = S::kChunk;
-  constexpr int kTiles = kChunk / 8;
-  constexpr int kOTiles = S::kD / 8;
   extern __shared__ uint4 shared_raw[];
-  // The tiles start at a multiple of 1 KiB of the shared window.
-  const uint32_t raw_address = smem_address(shared_raw);
-  unsigned char* q_s =
-      reinterpret_cast<unsigned char*>(shared_raw) + ((1024 - raw_address % 1024) % 1024);
+  unsigned char* q_s = aligned_tiles(shared_raw);
   unsigned char* stages = q_s + S::kQBytes;
   TableWindow window{reinterpret_cast<int32_t*>(stages + S::kStages * S::kStageBytes)};
   const auto stage = [&](int chunk) { return stages + chunk % S::kStages * S::kStageBytes; };
 
-  const int seq = a.seq_offset + blockIdx.x;
-  const int kv_head = blockIdx.y;
-  const int row_tile = gridDim.z - 1 - blockIdx.z;  // the longest causal ranges first
-  const int q_begin = a.query_start[seq];
-  const int q_len = a.query_start[seq + 1] - q_begin;
-  const int seq_len = a.seq_lens[seq];
-  const int row_begin = row_tile * S::kRows;
-  const int num_rows = q_len * a.group;
-  if (row_begin >= num_rows) return;  // a tile past a shorter sequence
-  const int rows_here = min(S::kRows, num_rows - row_begin);
-  const int first_pos = seq_len - q_len;
-  const int lowest_pos = first_pos + row_begin / a.group;
-  const int highest_pos = first_pos + (row_begin + rows_here - 1) / a.group;
-  const int start = owned_before(a, a.window > 0 ? max(0, lowest_pos - a.window + 1) : 0);
-  const int end = owned_before(a, highest_pos + 1);
-  const int num_chunks = end > start ? (end - start + kChunk - 1) / kChunk : 0;
-
+  WarpgroupTile t;
+  if (!t.take(a, S::kRows, kChunk)) return;
   const int warpgroup = threadIdx.x / 128;
-  const int lane = threadIdx.x % 32;
-  // This thread's CTA rows r0 and r0 + 8, and the keys each sees, by local index.
-  const int r0 = warpgroup * 64 + threadIdx.x / 32 % 4 * 16 + lane / 4;
-  int row_lo[2];
-  int row_hi[2];
-#pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    const int r = r0 + 8 * i;
-    const int pos = first_pos + (row_begin + r) / a.group;
-    row_hi[i] = r < rows_here ? owned_before(a, pos + 1) : 0;
-    row_lo[i] = a.window > 0 ? owned_before(a, max(0, pos - a.window + 1)) : 0;
-  }
-  const int common_lo = a.window > 0 ? owned_before(a, max(0, highest_pos - a.window + 1)) : 0;
-  const int common_hi = owned_before(a, lowest_pos + 1);
-  const ScoreScale score_scale(a);
 
   // Per stage: `full` completes a phase when every thread's copies of a chunk have landed, `empty`
   // when every thread is done with the chunk's products. The two warpgroups meet only there and
@@ -144,11 +249,11 @@ __global__ void __launch_bounds__(WarpgroupShape<kChunkKeys, kStageCount>::kThre
   if (threadIdx.x == 0) barrier_init(&q_full, S::kThreads);
   __syncthreads();
   const auto issue = [&](int chunk) {
-    if (chunk >= num_chunks) return;
+    if (chunk >= t.num_chunks) return;
     const int slot = chunk % S::kStages;
     if (chunk >= S::kStages) barrier_wait(&empty[slot], (chunk / S::kStages - 1) & 1);
-    load_swizzled_chunk<S>(a, seq, kv_head, start + chunk * kChunk, end, window, stage(chunk),
-                           stage(chunk) + S::kTileBytes);
+    load_swizzled_chunk<S>(a, t.seq, t.kv_head, t.start + chunk * kChunk, t.end, window,
+                           stage(chunk), stage(chunk) + S::kTileBytes);
     barrier_arrive_after_copies(&full[slot]);
   };
   const auto await_chunk = [&](int chunk) {
@@ -156,113 +261,52 @@ __global__ void __launch_bounds__(WarpgroupShape<kChunkKeys, kStageCount>::kThre
     wgmma::fence_shared_for_products();
   };
   const int early = issue_cached_chunks<S::kThreads, kChunk>(
-      a, seq, start, num_chunks, owned_before(a, first_pos), S::kStages - 2, window, issue);
+      a, t.seq, t.start, t.num_chunks, owned_before(a, t.first_pos), S::kStages - 2, window, issue);
   start_after_prior_kernels();
-  // Query rows of this tile, rows past the sequence zero, copied by cp.async so that all of a
-  // thread's loads are in flight at once; q_full counts them (and the early chunks before them).
-  for (int slot = threadIdx.x; slot < S::kRows * S::kD / 8; slot += S::kThreads) {
-    const SwizzledPiece<S::kRows> at(slot);
-    const int row = row_begin + at.row;
-    const bool valid = at.row < rows_here;
-    copy_16(q_s + at.offset,
-            valid ? a.q + (q_begin + row / a.group) * a.q_token_stride +
-                        (kv_head * a.group + row % a.group) * a.q_head_stride + at.column
-                  : a.q,
-            valid);
-  }
+  // q_full counts the copies of Q (and of the early chunks before them).
+  load_query_rows<S, S::kThreads>(a, t.kv_head, t.q_begin, t.row_begin, t.rows_here, threadIdx.x,
+                                  q_s);
   barrier_arrive_after_copies(&q_full);
   for (int c = early; c < S::kStages - 2; ++c)
     issue(c);
 
-  float o[kOTiles][4] = {};
-  float m[2] = {kNegInf, kNegInf};
-  float l[2] = {0.0f, 0.0f};
+  WarpgroupRows<S> w(a, t, warpgroup, q_s);
   barrier_wait(&q_full, 0);
-  if (num_chunks == 0) {  // rows that see no key here (decode context parallelism)
-    write_rows(a, o, m, l, r0, row_begin, rows_here, kv_head, q_begin, 0, 0, 1.0f);
+  if (t.num_chunks == 0) {  // rows that see no key here (decode context parallelism)
+    w.write(a, t);
     return;
   }
-  const unsigned char* q_rows = q_s + warpgroup * 64 * 128;
-  float s[kTiles][4];
-  uint32_t p[kChunk / 16][4];  // the probabilities of the chunk before, as P V's A fragments
-  float alpha[2];              // O's rescale for them
-  // S = Q K^T of a chunk (queued): both K-major, a k16 step 32 bytes along the rows, the second 64
-  // columns in the tiles' second block.
-  const auto queue_scores = [&](int chunk) {
-    const unsigned char* k_tile = stage(chunk);
-    wgmma::fence();
-#pragma unroll
-    for (int kc = 0; kc < S::kD / 16; ++kc) {
-      const int column = kc % 4 * 32;
-      wgmma::mma_bf16_ss<kChunk>(
-          s, wgmma::descriptor(q_rows + kc / 4 * S::kRows * 128 + column, 16, 1024),
-          wgmma::descriptor(k_tile + kc / 4 * kChunk * 128 + column, 16, 1024), kc > 0);
-    }
-    wgmma::commit();
-  };
-  // O = O * alpha + P V of a chunk (queued). V is N-major: 16 keys (two 8-row groups of 1 KiB) a
-  // step, the second 64 columns a tile's block on.
-  const auto queue_values = [&](int chunk) {
-    rescale(o, alpha);
-    const unsigned char* v_tile = stage(chunk) + S::kTileBytes;
-    wgmma::fence();
-#pragma unroll
-    for (int kk = 0; kk < kChunk / 16; ++kk) {
-      wgmma::mma_bf16_rs_n128_mn_major(
-          o, p[kk], wgmma::descriptor(v_tile + kk * 16 * 128, kChunk * 128, 1024));
-    }
-    wgmma::commit();
-  };
-  // The scores of a chunk, once its products are done, into probabilities and P's fragments.
-  const auto softmax = [&](int chunk) {
-    wgmma::hold(s);
-    const int chunk_first = start + chunk * kChunk;
-    const int chunk_last = chunk_first + kChunk - 1;
-    const bool whole = chunk_last < end && chunk_last < common_hi && chunk_first >= common_lo;
-    softmax_scores(s, m, l, alpha, score_scale, whole, chunk_first, end, row_lo, row_hi);
-  };
-  const auto pack_probabilities = [&] {
-#pragma unroll
-    for (int kk = 0; kk < kChunk / 16; ++kk) {
-      p[kk][0] = pack<bf16>(s[2 * kk][0], s[2 * kk][1]);
-      p[kk][1] = pack<bf16>(s[2 * kk][2], s[2 * kk][3]);
-      p[kk][2] = pack<bf16>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-      p[kk][3] = pack<bf16>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
-    }
-  };
-
   wgmma::fence_shared_for_products();  // Q, landed, is visible to the products
   await_chunk(0);
   issue(S::kStages - 2);
-  queue_scores(0);
+  w.queue_scores(stage(0));
   wgmma::wait<0>();
-  softmax(0);
-  pack_probabilities();
+  w.softmax(t, 0);
+  w.pack_probabilities();
   // Chunk c's S runs while O is rescaled, then beside chunk c - 1's P V while chunk c's softmax
   // runs. Every product is queued unconditionally: one queued under a branch makes ptxas
   // serialize all of the kernel's products. The warpgroups queue their products in turn (named
   // barriers 1 and 2, warpgroup 0 first), so one's softmax runs beside the other's products.
   if (warpgroup == 1) named_arrive(1, S::kThreads);
-  for (int c = 1; c < num_chunks; ++c) {
+  for (int c = 1; c < t.num_chunks; ++c) {
     issue(c + S::kStages - 2);
     await_chunk(c);
     named_sync(1 + warpgroup, S::kThreads);
-    queue_scores(c);
-    queue_values(c - 1);
+    w.queue_scores(stage(c));
+    w.queue_values(stage(c - 1) + S::kTileBytes);
     named_arrive(2 - warpgroup, S::kThreads);
     wgmma::wait<1>();
-    softmax(c);
+    w.softmax(t, c);
     wgmma::wait<0>();
-    wgmma::hold(o);
+    wgmma::hold(w.o);
     barrier_arrive(&empty[(c - 1) % S::kStages]);
-    pack_probabilities();
+    w.pack_probabilities();
   }
   if (warpgroup == 0) named_sync(1, S::kThreads);  // warpgroup 1's last turn, so none is pending
-  queue_values(num_chunks - 1);
+  w.queue_values(stage(t.num_chunks - 1) + S::kTileBytes);
   wgmma::wait<0>();
-  wgmma::hold(o);
-  sum_over_quad(l);
-  write_rows(a, o, m, l, r0, row_begin, rows_here, kv_head, q_begin, 0, 0, 1.0f);
+  wgmma::hold(w.o);
+  w.write(a, t);
 }
 
 }  // namespace pagoda::cuda::attention
