@@ -237,9 +237,10 @@ Result run_case(const Tensor& pool, DType dtype, PageOrder order, int64_t page_p
 }
 
 // The prefill CTA shapes timed side by side; the first is every head's fallback.
-constexpr std::array<cuda::PrefillCtas, 4> kPrefillShapes = {
+constexpr std::array<cuda::PrefillCtas, 5> kPrefillShapes = {
     cuda::PrefillCtas::k4Warps16Rows, cuda::PrefillCtas::k8Warps16Rows,
-    cuda::PrefillCtas::k4Warps32Rows, cuda::PrefillCtas::k2Warpgroups};
+    cuda::PrefillCtas::k4Warps32Rows, cuda::PrefillCtas::k2Warpgroups,
+    cuda::PrefillCtas::k3Warpgroups};
 
 struct PrefillResult {
   std::string refusal;  // why pagoda refused the shape; empty where it ran
@@ -359,6 +360,8 @@ std::string prefill_shape_name(cuda::PrefillCtas ctas) {
       return "4×32";
     case cuda::PrefillCtas::k2Warpgroups:
       return "wgmma";
+    case cuda::PrefillCtas::k3Warpgroups:
+      return "wgmma+p";
     default:
       return "4×16";
   }
@@ -385,13 +388,15 @@ void print_prefill_table(const Tensor& pool, std::mt19937& rng) {
   fmt::print(
       "pagoda: its default CTAs for the head (default); then, for heads of 128 and 256, each CTA "
       "shape: 4 warps of 16 rows (4×16), 8 warps of 16 rows (8×16), 4 warps of 32 rows (4×32, "
-      "head 128), two warpgroups of 64 rows on wgmma (wgmma, head 128 on sm_90a), with the rel. "
+      "head 128), two warpgroups of 64 rows on wgmma (wgmma, head 128 on sm_90a), the same over "
+      "chunks of 128 keys with a third warpgroup copying for the two (wgmma+p), with the rel. "
       "diff of each from 4×16's output.\n\n");
   fmt::print(
       "| head | prompts | default | µs | TFLOP/s | 4×16 µs | 8×16 µs | rel. diff | 4×32 µs | "
-      "rel. diff | wgmma µs | rel. diff |{}\n",
+      "rel. diff | wgmma µs | rel. diff | wgmma+p µs | rel. diff |{}\n",
       peer_header);
-  fmt::print("|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|{}\n", peer_rule);
+  fmt::print("|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|{}\n",
+             peer_rule);
   std::vector<std::string> refusals;
   for (int64_t head : {128, 256, 512}) {
     for (const auto& [batch, prompt] : kPrefillBatches) {
@@ -462,7 +467,7 @@ void print_verify_table(const Tensor& pool, double copy, std::mt19937& rng) {
 
 // With no arguments: the tables. With BATCH CONTEXT [hnd] [fp8]: that one decode case, pagoda
 // alone (for a profiler). With "verify" or "prefill": that table alone. With prefill HEAD BATCH
-// PROMPT: that one prefill case (for a profiler).
+// PROMPT: that one prefill case, each CTA shape's time too (a quick comparison, or a profiler's).
 void run(int argc, char** argv) {
   const double copy = bench::copy_bandwidth();
   fmt::print("device-to-device copy: {:.0f} GB/s (read + write)\n\n", copy / 1e9);
@@ -481,8 +486,15 @@ void run(int argc, char** argv) {
   if (argc == 5 && std::string(argv[1]) == "prefill") {
     const PrefillResult r = run_prefill(pool, std::stoll(argv[2]), std::stoll(argv[3]),
                                         std::stoll(argv[4]), kPeer, rng);
-    fmt::print("prefill head {} {} x {}: {:.0f} µs, {:.0f} TFLOP/s{}\n", argv[2], argv[3], argv[4],
-               r.us, r.flops / 1e12,
+    std::string shapes;
+    for (size_t i = 0; i < kPrefillShapes.size(); ++i) {
+      if (r.shape_us[i] > 0) {
+        shapes +=
+            fmt::format("; {} {:.0f} µs", prefill_shape_name(kPrefillShapes[i]), r.shape_us[i]);
+      }
+    }
+    fmt::print("prefill head {} {} x {}: {:.0f} µs, {:.0f} TFLOP/s{}{}\n", argv[2], argv[3],
+               argv[4], r.us, r.flops / 1e12, shapes,
                r.peer_us > 0 ? fmt::format("; FlashInfer {:.0f} µs", r.peer_us) : "");
     return;
   }

@@ -14,14 +14,15 @@ namespace pagoda::cuda {
 
 // The shape of prefill CTAs, which tests and benchmarks compare. kDefault takes the measured best
 // for the head size and the step; the others exist for heads of 128 and 256 (k4Warps32Rows and
-// k2Warpgroups: 128 only, the latter for bf16 pages on sm_90a), and other heads keep
-// k4Warps16Rows.
+// k2Warpgroups and k3Warpgroups: 128 only, the latter two for bf16 pages on sm_90a), and other
+// heads keep k4Warps16Rows.
 enum class PrefillCtas {
   kDefault,
   k4Warps16Rows,  // 64 rows a CTA
   k8Warps16Rows,  // 128 rows
   k4Warps32Rows,  // 128 rows, each warp's K/V fragments serving two row tiles
   k2Warpgroups,   // 128 rows on wgmma (prefill_wgmma.cuh)
+  k3Warpgroups,   // the same, chunks of 128 keys, a third warpgroup copying for the two
 };
 
 class DeviceMetadata {

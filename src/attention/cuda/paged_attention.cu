@@ -116,12 +116,13 @@ struct Kernel {
   }
 };
 
-// The warpgroup prefill kernel (prefill_wgmma.cuh), launched as Kernel is.
-template <int kChunk, int kStages>
+// The warpgroup prefill kernels (prefill_wgmma.cuh), launched as Kernel is.
+template <int kChunk, int kStages, bool kProducer = false>
 struct WarpgroupKernel {
-  using S = WarpgroupShape<kChunk, kStages>;
+  using S = WarpgroupShape<kChunk, kStages, kProducer>;
   static_assert(S::kSmemBytes <= 227 * 1024, "the kernel's shared memory exceeds sm_90's");
-  static constexpr auto kFunction = prefill_wgmma_kernel<kChunk, kStages>;
+  static constexpr auto kFunction = kProducer ? prefill_wgmma_producer_kernel<kChunk, kStages>
+                                              : prefill_wgmma_kernel<kChunk, kStages>;
 
   static void launch(const Args& args, int num_seqs, int row_tiles) {
     PAGODA_CHECK(args.dv_slices == 1 && args.num_splits == 1 && args.head_size_k == S::kD &&
@@ -138,8 +139,10 @@ struct WarpgroupKernel {
   }
 };
 
-// The warpgroup kernel's one instantiation: chunks of 64 keys, five stages.
+// The warpgroup kernel's one instantiation: chunks of 64 keys, five stages; with a producer
+// warpgroup, chunks of 128 keys, three stages (as many as fit).
 using PrefillWarpgroups = WarpgroupKernel<64, 5>;
+using PrefillWarpgroupsWithProducer = WarpgroupKernel<128, 3, true>;
 
 // Calls body(Kernel<...>{}) for the instantiation of these head sizes. `wide` asks for decode
 // CTAs of 16 warps over 128-key chunks, in place of 8 warps over 64 keys: each CTA walks half as
@@ -186,6 +189,7 @@ void with_prefill_kernel(int64_t dk, int64_t dv, PrefillCtas ctas, Body&& body) 
                dk, dv, dtype_name(kCacheType));
   if constexpr (std::is_same_v<T, bf16>) {
     if (ctas == PrefillCtas::k2Warpgroups) return body(PrefillWarpgroups{});
+    if (ctas == PrefillCtas::k3Warpgroups) return body(PrefillWarpgroupsWithProducer{});
   }
   if (ctas == PrefillCtas::k8Warps16Rows) {
     if (dk == 128) return body(Kernel<T, 128, 128, 8, kStages>{});
@@ -246,6 +250,7 @@ bool prefill_ctas_available(PrefillCtas ctas, int64_t head_size_k, int64_t head_
     case PrefillCtas::k4Warps32Rows:
       return head_size_k == 128 && head_size_v == 128;
     case PrefillCtas::k2Warpgroups:
+    case PrefillCtas::k3Warpgroups:
       return head_size_k == 128 && head_size_v == 128 && cache_dtype == DType::kBF16 &&
              has_warpgroup_mma();
     default:

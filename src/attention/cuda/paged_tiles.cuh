@@ -133,15 +133,23 @@ struct TableWindow {
   int first_page = 0;
 };
 
-// Fills the window from `first_page`; every thread takes part, and a barrier follows.
-template <int kThreads>
-__device__ inline void fill_window(const Args& a, int seq, int first_page, TableWindow& window) {
+// Fills the window from `first_page`: kWorkers threads, this one number `worker`, which meet at
+// sync() after.
+template <int kWorkers, typename Sync>
+__device__ inline void fill_window_among(const Args& a, int seq, int first_page,
+                                         TableWindow& window, int worker, const Sync& sync) {
   const int32_t* table = a.block_table + seq * a.block_table_stride;
   const int last = static_cast<int>(min(a.block_table_stride, int64_t{first_page} + kTableWindow));
-  for (int i = threadIdx.x; i < last - first_page; i += kThreads)
+  for (int i = worker; i < last - first_page; i += kWorkers)
     window.pages[i] = table[first_page + i];
   window.first_page = first_page;
-  __syncthreads();
+  sync();
+}
+
+// The same, every thread of the CTA taking part.
+template <int kThreads>
+__device__ inline void fill_window(const Args& a, int seq, int first_page, TableWindow& window) {
+  fill_window_among<kThreads>(a, seq, first_page, window, threadIdx.x, [] { __syncthreads(); });
 }
 
 // Until the kernels before this one finish, only what they cannot write is read: the step's
@@ -266,14 +274,24 @@ __device__ __forceinline__ void load_rows(const Args& a, const PagedTensor& t,
 }
 
 // Moves the table window to the pages of keys [first, ...) when the chunk's last key at
-// `last_pos` lies past it. Every thread calls it for the same chunk.
+// `last_pos` lies past it. The kWorkers threads that use the window (this one number `worker`,
+// meeting at sync()) call it for the same chunk.
+template <int kWorkers, typename Sync>
+__device__ __forceinline__ void keep_window_among(const Args& a, int seq, int first, int last_pos,
+                                                  TableWindow& window, int worker,
+                                                  const Sync& sync) {
+  if (a.block_divisor.divide(last_pos) >= window.first_page + kTableWindow) {
+    sync();  // every copy from the old window has been issued
+    fill_window_among<kWorkers>(a, seq, a.block_divisor.divide(first), window, worker, sync);
+  }
+}
+
+// The same, every thread of the CTA calling it.
 template <int kThreads>
 __device__ __forceinline__ void keep_window(const Args& a, int seq, int first, int last_pos,
                                             TableWindow& window) {
-  if (a.block_divisor.divide(last_pos) >= window.first_page + kTableWindow) {
-    __syncthreads();  // every copy from the old window has been issued
-    fill_window<kThreads>(a, seq, a.block_divisor.divide(first), window);
-  }
+  keep_window_among<kThreads>(a, seq, first, last_pos, window, threadIdx.x,
+                              [] { __syncthreads(); });
 }
 
 // Whether K and V rows sit at the same offsets from their bases (one cache tensor holding both):

@@ -12,6 +12,10 @@
 // so that one's softmax runs beside the other's products. No barrier of the whole CTA paces the
 // chunks: per stage, one shared-memory barrier counts the copies landed and another the threads
 // done with it, so the warpgroups keep their own pace; copies run kStages - 2 chunks ahead.
+//
+// prefill_wgmma_producer_kernel computes the same way over chunks of 128 keys, with a third
+// warpgroup that only copies (Q, then each chunk's K and V, 2 threads to a key's row) and hands
+// most of its registers to the two that compute (setmaxnreg), which then hold twice the scores.
 #pragma once
 
 #include "attention/cuda/attention_kernel.cuh"
@@ -19,15 +23,18 @@
 
 namespace pagoda::cuda::attention {
 
-template <int kChunkKeys, int kStageCount>
+// kProducer: a third warpgroup copies Q, K and V for the two that compute, which take most of its
+// registers (setmaxnreg); without one, the two copy for themselves.
+template <int kChunkKeys, int kStageCount, bool kProducer = false>
 struct WarpgroupShape {
   static constexpr int kD = 128;
-  static constexpr int kWarpgroups = 2;
+  static constexpr int kWarpgroups = 2;  // that compute
   static constexpr int kRows = 64 * kWarpgroups;
-  static constexpr int kThreads = 128 * kWarpgroups;
+  static constexpr int kConsumerThreads = 128 * kWarpgroups;
+  static constexpr int kThreads = kConsumerThreads + (kProducer ? 128 : 0);
   static constexpr int kChunk = kChunkKeys;
   // While chunk c is attended, chunks c - 1 (its P V runs beside chunk c's softmax) and c are in
-  // use and chunks up to c + kStages - 2 load.
+  // use; the other stages load.
   static constexpr int kStages = kStageCount;
   static_assert(kStages >= 3 && kChunk % 16 == 0);
   static constexpr int kQBytes = kRows * kD * 2;
@@ -35,6 +42,13 @@ struct WarpgroupShape {
   static constexpr int kStageBytes = 2 * kTileBytes;  // K, then V
   // 1 KiB of slack to align the tiles to the swizzle's atoms.
   static constexpr int kSmemBytes = 1024 + kQBytes + kStages * kStageBytes + kTableWindow * 4;
+  // A thread's registers in the producer and in the computing warpgroups: 128 x 56 + 256 x 224 is
+  // what 384 threads of 168 (one CTA a multiprocessor) hold. Neither spills at chunks of 128 keys;
+  // the producer spills at 40 or fewer.
+  static constexpr int kProducerRegisters = 56;
+  static constexpr int kConsumerRegisters = 224;
+  static_assert(!kProducer ||
+                128 * kProducerRegisters + kConsumerThreads * kConsumerRegisters <= 384 * 168);
 };
 
 // The row, the first column and the byte offset in a swizzled tile of kTileRows rows of its 16-byte
@@ -78,6 +92,34 @@ __device__ __forceinline__ void load_swizzled_chunk(const Args& a, int seq, int 
     const int offset = wgmma::swizzled_offset(key, column, S::kChunk);
     copy_16(k_tile + offset, k_row + column, valid);
     copy_16(v_tile + offset, v_row + column, valid);
+  }
+}
+
+// Queues keys [first, first + kChunk) of one of K or V (those below `end`; the rest zero-filled)
+// into a swizzled tile: kWorkers threads, this one number `worker`, two to a key's row in each
+// pass, so that a load instruction covers whole 32-byte sectors.
+template <typename S, int kWorkers>
+__device__ __forceinline__ void load_swizzled_tile(const Args& a, const PagedTensor& t,
+                                                   const TableWindow& window, int kv_head,
+                                                   int first, int end, int worker,
+                                                   unsigned char* tile) {
+  constexpr int kPerRow = 2;
+  constexpr int kRowsPerPass = kWorkers / kPerRow;
+  static_assert(kWorkers % kPerRow == 0 && S::kChunk % kRowsPerPass == 0);
+#pragma unroll
+  for (int pass = 0; pass < S::kChunk / kRowsPerPass; ++pass) {
+    const int key = pass * kRowsPerPass + worker / kPerRow;
+    const int pos = min(first + key, end - 1);
+    const int page = a.block_divisor.divide(pos);
+    const int64_t block = window.pages[page - window.first_page];
+    const bf16* row = static_cast<const bf16*>(t.base) + block * t.block_stride +
+                      (pos - page * a.block_size) * t.token_stride + kv_head * t.head_stride;
+#pragma unroll
+    for (int i = 0; i < S::kD / 8 / kPerRow; ++i) {
+      const int column = (worker % kPerRow + i * kPerRow) * 8;
+      copy_16(tile + wgmma::swizzled_offset(key, column, S::kChunk), row + column,
+              first + key < end);
+    }
   }
 }
 
@@ -215,11 +257,22 @@ struct WarpgroupRows {
   }
 };
 
-// The 1 KiB-aligned start of the tiles in the shared window.
-__device__ __forceinline__ unsigned char* aligned_tiles(uint4* shared) {
-  const uint32_t raw_address = smem_address(shared);
-  return reinterpret_cast<unsigned char*>(shared) + ((1024 - raw_address % 1024) % 1024);
-}
+// The CTA's shared memory: the Q tile, then the stages (each a K tile and a V tile), from a
+// multiple of 1 KiB of the shared window, and the table window.
+template <typename S>
+struct WarpgroupTiles {
+  unsigned char* q;
+  unsigned char* stages;
+  TableWindow window;
+  __device__ explicit WarpgroupTiles(uint4* shared)
+      : q(reinterpret_cast<unsigned char*>(shared) + (1024 - smem_address(shared) % 1024) % 1024),
+        stages(q + S::kQBytes),
+        window{reinterpret_cast<int32_t*>(stages + S::kStages * S::kStageBytes)} {}
+  __device__ unsigned char* k(int chunk) const {
+    return stages + chunk % S::kStages * S::kStageBytes;
+  }
+  __device__ unsigned char* v(int chunk) const { return k(chunk) + S::kTileBytes; }
+};
 
 template <int kChunkKeys, int kStageCount>
 __global__ void __launch_bounds__(WarpgroupShape<kChunkKeys, kStageCount>::kThreads, 1)
@@ -227,10 +280,7 @@ __global__ void __launch_bounds__(WarpgroupShape<kChunkKeys, kStageCount>::kThre
   using S = WarpgroupShape<kChunkKeys, kStageCount>;
   constexpr int kChunk = S::kChunk;
   extern __shared__ uint4 shared_raw[];
-  unsigned char* q_s = aligned_tiles(shared_raw);
-  unsigned char* stages = q_s + S::kQBytes;
-  TableWindow window{reinterpret_cast<int32_t*>(stages + S::kStages * S::kStageBytes)};
-  const auto stage = [&](int chunk) { return stages + chunk % S::kStages * S::kStageBytes; };
+  WarpgroupTiles<S> tiles(shared_raw);
 
   WarpgroupTile t;
   if (!t.take(a, S::kRows, kChunk)) return;
@@ -252,25 +302,26 @@ __global__ void __launch_bounds__(WarpgroupShape<kChunkKeys, kStageCount>::kThre
     if (chunk >= t.num_chunks) return;
     const int slot = chunk % S::kStages;
     if (chunk >= S::kStages) barrier_wait(&empty[slot], (chunk / S::kStages - 1) & 1);
-    load_swizzled_chunk<S>(a, t.seq, t.kv_head, t.start + chunk * kChunk, t.end, window,
-                           stage(chunk), stage(chunk) + S::kTileBytes);
+    load_swizzled_chunk<S>(a, t.seq, t.kv_head, t.start + chunk * kChunk, t.end, tiles.window,
+                           tiles.k(chunk), tiles.v(chunk));
     barrier_arrive_after_copies(&full[slot]);
   };
   const auto await_chunk = [&](int chunk) {
     barrier_wait(&full[chunk % S::kStages], chunk / S::kStages & 1);
     wgmma::fence_shared_for_products();
   };
-  const int early = issue_cached_chunks<S::kThreads, kChunk>(
-      a, t.seq, t.start, t.num_chunks, owned_before(a, t.first_pos), S::kStages - 2, window, issue);
+  const int early = issue_cached_chunks<S::kThreads, kChunk>(a, t.seq, t.start, t.num_chunks,
+                                                             owned_before(a, t.first_pos),
+                                                             S::kStages - 2, tiles.window, issue);
   start_after_prior_kernels();
   // q_full counts the copies of Q (and of the early chunks before them).
   load_query_rows<S, S::kThreads>(a, t.kv_head, t.q_begin, t.row_begin, t.rows_here, threadIdx.x,
-                                  q_s);
+                                  tiles.q);
   barrier_arrive_after_copies(&q_full);
   for (int c = early; c < S::kStages - 2; ++c)
     issue(c);
 
-  WarpgroupRows<S> w(a, t, warpgroup, q_s);
+  WarpgroupRows<S> w(a, t, warpgroup, tiles.q);
   barrier_wait(&q_full, 0);
   if (t.num_chunks == 0) {  // rows that see no key here (decode context parallelism)
     w.write(a, t);
@@ -279,7 +330,7 @@ __global__ void __launch_bounds__(WarpgroupShape<kChunkKeys, kStageCount>::kThre
   wgmma::fence_shared_for_products();  // Q, landed, is visible to the products
   await_chunk(0);
   issue(S::kStages - 2);
-  w.queue_scores(stage(0));
+  w.queue_scores(tiles.k(0));
   wgmma::wait<0>();
   w.softmax(t, 0);
   w.pack_probabilities();
@@ -292,8 +343,8 @@ __global__ void __launch_bounds__(WarpgroupShape<kChunkKeys, kStageCount>::kThre
     issue(c + S::kStages - 2);
     await_chunk(c);
     named_sync(1 + warpgroup, S::kThreads);
-    w.queue_scores(stage(c));
-    w.queue_values(stage(c - 1) + S::kTileBytes);
+    w.queue_scores(tiles.k(c));
+    w.queue_values(tiles.v(c - 1));
     named_arrive(2 - warpgroup, S::kThreads);
     wgmma::wait<1>();
     w.softmax(t, c);
@@ -303,7 +354,117 @@ __global__ void __launch_bounds__(WarpgroupShape<kChunkKeys, kStageCount>::kThre
     w.pack_probabilities();
   }
   if (warpgroup == 0) named_sync(1, S::kThreads);  // warpgroup 1's last turn, so none is pending
-  w.queue_values(stage(t.num_chunks - 1) + S::kTileBytes);
+  w.queue_values(tiles.v(t.num_chunks - 1));
+  wgmma::wait<0>();
+  wgmma::hold(w.o);
+  w.write(a, t);
+}
+
+// The same computation with a producer warpgroup (the third): it copies Q and each chunk's K and
+// V, and the two computing warpgroups only wait for them. Per stage, `k_full` and `v_full`
+// complete a phase when the producer's copies of the chunk's K or V have landed, so a chunk's S
+// starts before its V is in; `empty` when both computing warpgroups are done with the stage.
+template <int kChunkKeys, int kStageCount>
+__global__ void __launch_bounds__(WarpgroupShape<kChunkKeys, kStageCount, true>::kThreads, 1)
+    prefill_wgmma_producer_kernel(const Args a) {
+  using S = WarpgroupShape<kChunkKeys, kStageCount, true>;
+  constexpr int kChunk = S::kChunk;
+  constexpr int kProducerThreads = S::kThreads - S::kConsumerThreads;
+  extern __shared__ uint4 shared_raw[];
+  WarpgroupTiles<S> tiles(shared_raw);
+
+  WarpgroupTile t;
+  if (!t.take(a, S::kRows, kChunk)) return;
+  const int warpgroup = threadIdx.x / 128;
+
+  __shared__ uint64_t k_full[S::kStages];
+  __shared__ uint64_t v_full[S::kStages];
+  __shared__ uint64_t empty[S::kStages];
+  __shared__ uint64_t q_full;
+  if (threadIdx.x < S::kStages) {
+    barrier_init(&k_full[threadIdx.x], kProducerThreads);
+    barrier_init(&v_full[threadIdx.x], kProducerThreads);
+    barrier_init(&empty[threadIdx.x], S::kConsumerThreads);
+  }
+  if (threadIdx.x == 0) barrier_init(&q_full, kProducerThreads);
+  __syncthreads();
+
+  if (warpgroup == S::kWarpgroups) {
+    wgmma::lower_registers<S::kProducerRegisters>();
+    const int worker = threadIdx.x - S::kConsumerThreads;
+    const auto sync = [] { named_sync(3, kProducerThreads); };
+    const auto load = [&](int chunk) {
+      const int slot = chunk % S::kStages;
+      if (chunk >= S::kStages) barrier_wait(&empty[slot], (chunk / S::kStages - 1) & 1);
+      const int first = t.start + chunk * kChunk;
+      keep_window_among<kProducerThreads>(a, t.seq, first, min(first + kChunk, t.end) - 1,
+                                          tiles.window, worker, sync);
+      load_swizzled_tile<S, kProducerThreads>(a, a.k, tiles.window, t.kv_head, first, t.end, worker,
+                                              tiles.k(chunk));
+      barrier_arrive_after_copies(&k_full[slot]);
+      load_swizzled_tile<S, kProducerThreads>(a, a.v, tiles.window, t.kv_head, first, t.end, worker,
+                                              tiles.v(chunk));
+      barrier_arrive_after_copies(&v_full[slot]);
+    };
+    // As issue_cached_chunks: pages cached before this step's tokens load while the kernels before
+    // this one finish.
+    if (t.num_chunks > 0) {
+      fill_window_among<kProducerThreads>(a, t.seq, a.block_divisor.divide(t.start), tiles.window,
+                                          worker, sync);
+    }
+    const int cached_keys = owned_before(a, t.first_pos);
+    int c = 0;
+    for (; c < min(t.num_chunks, S::kStages) && t.start + (c + 1) * kChunk <= cached_keys; ++c)
+      load(c);
+    start_after_prior_kernels();
+    load_query_rows<S, kProducerThreads>(a, t.kv_head, t.q_begin, t.row_begin, t.rows_here, worker,
+                                         tiles.q);
+    barrier_arrive_after_copies(&q_full);
+    for (; c < t.num_chunks; ++c)
+      load(c);
+    copy_wait<0>();  // no copy outlives its thread
+    return;
+  }
+
+  wgmma::raise_registers<S::kConsumerRegisters>();
+  start_after_prior_kernels();
+  WarpgroupRows<S> w(a, t, warpgroup, tiles.q);
+  const auto await = [&](uint64_t* barriers, int chunk) {
+    barrier_wait(&barriers[chunk % S::kStages], chunk / S::kStages & 1);
+  };
+  barrier_wait(&q_full, 0);
+  if (t.num_chunks == 0) {  // rows that see no key here (decode context parallelism)
+    w.write(a, t);
+    return;
+  }
+  await(k_full, 0);
+  wgmma::fence_shared_for_products();  // Q and K, landed, are visible to the products
+  w.queue_scores(tiles.k(0));
+  wgmma::wait<0>();
+  w.softmax(t, 0);
+  w.pack_probabilities();
+  // As in prefill_wgmma_kernel: chunk c's S and chunk c - 1's P V queued together, the two
+  // warpgroups in turn.
+  if (warpgroup == 1) named_arrive(1, S::kConsumerThreads);
+  for (int c = 1; c < t.num_chunks; ++c) {
+    await(k_full, c);
+    await(v_full, c - 1);
+    wgmma::fence_shared_for_products();
+    named_sync(1 + warpgroup, S::kConsumerThreads);
+    w.queue_scores(tiles.k(c));
+    w.queue_values(tiles.v(c - 1));
+    named_arrive(2 - warpgroup, S::kConsumerThreads);
+    wgmma::wait<1>();
+    w.softmax(t, c);
+    wgmma::wait<0>();
+    wgmma::hold(w.o);
+    barrier_arrive(&empty[(c - 1) % S::kStages]);
+    w.pack_probabilities();
+  }
+  if (warpgroup == 0) named_sync(1, S::kConsumerThreads);
+  await(v_full, t.num_chunks - 1);
+  wgmma::fence_shared_for_products();
+  w.queue_values(tiles.v(t.num_chunks - 1));
   wgmma::wait<0>();
   wgmma::hold(w.o);
   w.write(a, t);

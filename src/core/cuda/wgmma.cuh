@@ -86,6 +86,38 @@ __device__ __forceinline__ void mma_bf16_ss<64>(float (&d)[8][4], uint64_t a, ui
       : "l"(a), "l"(b), "r"(static_cast<int>(accumulate)));
 }
 
+template <>
+__device__ __forceinline__ void mma_bf16_ss<128>(float (&d)[16][4], uint64_t a, uint64_t b,
+                                                 bool accumulate) {
+  PAGODA_WGMMA_ASM(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, "
+      "%9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, "
+      "%27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, "
+      "%45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, "
+      "%63}, %64, %65, p, 1, 1, 0, 0;\n}\n"
+      : PAGODA_WG_ACC(d, 0), PAGODA_WG_ACC(d, 1), PAGODA_WG_ACC(d, 2), PAGODA_WG_ACC(d, 3),
+        PAGODA_WG_ACC(d, 4), PAGODA_WG_ACC(d, 5), PAGODA_WG_ACC(d, 6), PAGODA_WG_ACC(d, 7),
+        PAGODA_WG_ACC(d, 8), PAGODA_WG_ACC(d, 9), PAGODA_WG_ACC(d, 10), PAGODA_WG_ACC(d, 11),
+        PAGODA_WG_ACC(d, 12), PAGODA_WG_ACC(d, 13), PAGODA_WG_ACC(d, 14), PAGODA_WG_ACC(d, 15)
+      : "l"(a), "l"(b), "r"(static_cast<int>(accumulate)));
+}
+
+// A warpgroup's registers a thread, raised or lowered to kCount (24-256, a multiple of 8): a CTA's
+// warpgroups that do different work hand registers to one another. The kernel must declare its
+// CTA size and one CTA a multiprocessor (__launch_bounds__), and the counts must fit the register
+// file, or the raise waits forever.
+template <int kCount>
+__device__ __forceinline__ void raise_registers() {
+  static_assert(kCount >= 24 && kCount <= 256 && kCount % 8 == 0);
+  PAGODA_WGMMA_ASM("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kCount));
+}
+template <int kCount>
+__device__ __forceinline__ void lower_registers() {
+  static_assert(kCount >= 24 && kCount <= 256 && kCount % 8 == 0);
+  PAGODA_WGMMA_ASM("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kCount));
+}
+
 // d += A · B, bf16 A (64 x 16) in registers as mma.sync's m16n8k16 A fragments (warp w's rows
 // 16w..16w+15), B (16 x 128) in shared memory N-major (each 128-byte row holds 64 columns of one
 // of B's 16 rows).
