@@ -121,8 +121,14 @@ template <int kChunk, int kStages, bool kProducer = false>
 struct WarpgroupKernel {
   using S = WarpgroupShape<kChunk, kStages, kProducer>;
   static_assert(S::kSmemBytes <= 227 * 1024, "the kernel's shared memory exceeds sm_90's");
-  static constexpr auto kFunction = kProducer ? prefill_wgmma_producer_kernel<kChunk, kStages>
-                                              : prefill_wgmma_kernel<kChunk, kStages>;
+  // Only the one kernel instantiated.
+  static constexpr auto kFunction = [] {
+    if constexpr (kProducer) {
+      return prefill_wgmma_producer_kernel<kChunk, kStages>;
+    } else {
+      return prefill_wgmma_kernel<kChunk, kStages>;
+    }
+  }();
 
   static void launch(const Args& args, int num_seqs, int row_tiles) {
     PAGODA_CHECK(args.dv_slices == 1 && args.num_splits == 1 && args.head_size_k == S::kD &&
