@@ -255,6 +255,46 @@ struct WarpgroupRows {
     sum_over_quad(l);
     write_rows(a, o, m, l, r0, t.row_begin, t.rows_here, t.kv_head, t.q_begin, 0, 0, 1.0f);
   }
+
+  // Attends the tile's chunks, K of chunk c at k(c) and V at v(c), with Q in place. ready(c)
+  // returns once chunk c's K and chunk c - 1's V (if any) are in and visible to the products;
+  // values_ready(c), once chunk c's V is. Each warpgroup arrives on empty[c % kStages] once it is
+  // done with chunk c, for every chunk but the last.
+  //
+  // Chunk c's S runs while O is rescaled, then beside chunk c - 1's P V while chunk c's softmax
+  // runs. Every product is queued unconditionally: one queued under a branch makes ptxas
+  // serialize all of the kernel's products. The warpgroups queue their products in turn (named
+  // barriers 1 and 2, warpgroup 0 first), so one's softmax runs beside the other's products.
+  template <typename Tiles, typename Ready, typename ValuesReady>
+  __device__ __forceinline__ void attend(const WarpgroupTile& t, const Tiles& tiles, int warpgroup,
+                                         uint64_t* empty, const Ready& ready,
+                                         const ValuesReady& values_ready) {
+    constexpr int kInTurn = S::kConsumerThreads;
+    ready(0);
+    queue_scores(tiles.k(0));
+    wgmma::wait<0>();
+    softmax(t, 0);
+    pack_probabilities();
+    if (warpgroup == 1) named_arrive(1, kInTurn);
+    for (int c = 1; c < t.num_chunks; ++c) {
+      ready(c);
+      named_sync(1 + warpgroup, kInTurn);
+      queue_scores(tiles.k(c));
+      queue_values(tiles.v(c - 1));
+      named_arrive(2 - warpgroup, kInTurn);
+      wgmma::wait<1>();
+      softmax(t, c);
+      wgmma::wait<0>();
+      wgmma::hold(o);
+      barrier_arrive(&empty[(c - 1) % S::kStages]);
+      pack_probabilities();
+    }
+    if (warpgroup == 0) named_sync(1, kInTurn);  // warpgroup 1's last turn, so none is pending
+    values_ready(t.num_chunks - 1);
+    queue_values(tiles.v(t.num_chunks - 1));
+    wgmma::wait<0>();
+    wgmma::hold(o);
+  }
 };
 
 // The CTA's shared memory: the Q tile, then the stages (each a K tile and a V tile), from a
@@ -327,36 +367,14 @@ __global__ void __launch_bounds__(WarpgroupShape<kChunkKeys, kStageCount>::kThre
     w.write(a, t);
     return;
   }
-  wgmma::fence_shared_for_products();  // Q, landed, is visible to the products
-  await_chunk(0);
-  issue(S::kStages - 2);
-  w.queue_scores(tiles.k(0));
-  wgmma::wait<0>();
-  w.softmax(t, 0);
-  w.pack_probabilities();
-  // Chunk c's S runs while O is rescaled, then beside chunk c - 1's P V while chunk c's softmax
-  // runs. Every product is queued unconditionally: one queued under a branch makes ptxas
-  // serialize all of the kernel's products. The warpgroups queue their products in turn (named
-  // barriers 1 and 2, warpgroup 0 first), so one's softmax runs beside the other's products.
-  if (warpgroup == 1) named_arrive(1, S::kThreads);
-  for (int c = 1; c < t.num_chunks; ++c) {
-    issue(c + S::kStages - 2);
-    await_chunk(c);
-    named_sync(1 + warpgroup, S::kThreads);
-    w.queue_scores(tiles.k(c));
-    w.queue_values(tiles.v(c - 1));
-    named_arrive(2 - warpgroup, S::kThreads);
-    wgmma::wait<1>();
-    w.softmax(t, c);
-    wgmma::wait<0>();
-    wgmma::hold(w.o);
-    barrier_arrive(&empty[(c - 1) % S::kStages]);
-    w.pack_probabilities();
-  }
-  if (warpgroup == 0) named_sync(1, S::kThreads);  // warpgroup 1's last turn, so none is pending
-  w.queue_values(tiles.v(t.num_chunks - 1));
-  wgmma::wait<0>();
-  wgmma::hold(w.o);
+  // Each chunk's copies are queued as the chunk kStages - 2 before it is attended.
+  const auto ready = [&](int chunk) {
+    if (chunk == 0) wgmma::fence_shared_for_products();  // Q, landed, is visible to the products
+    if (chunk > 0) issue(chunk + S::kStages - 2);
+    await_chunk(chunk);
+    if (chunk == 0) issue(S::kStages - 2);
+  };
+  w.attend(t, tiles, warpgroup, empty, ready, [](int) {});
   w.write(a, t);
 }
 
@@ -438,36 +456,16 @@ __global__ void __launch_bounds__(WarpgroupShape<kChunkKeys, kStageCount, true>:
     w.write(a, t);
     return;
   }
-  await(k_full, 0);
-  wgmma::fence_shared_for_products();  // Q and K, landed, are visible to the products
-  w.queue_scores(tiles.k(0));
-  wgmma::wait<0>();
-  w.softmax(t, 0);
-  w.pack_probabilities();
-  // As in prefill_wgmma_kernel: chunk c's S and chunk c - 1's P V queued together, the two
-  // warpgroups in turn.
-  if (warpgroup == 1) named_arrive(1, S::kConsumerThreads);
-  for (int c = 1; c < t.num_chunks; ++c) {
-    await(k_full, c);
-    await(v_full, c - 1);
+  const auto ready = [&](int chunk) {
+    await(k_full, chunk);
+    if (chunk > 0) await(v_full, chunk - 1);
+    wgmma::fence_shared_for_products();  // Q, K and V, landed, are visible to the products
+  };
+  const auto values_ready = [&](int chunk) {
+    await(v_full, chunk);
     wgmma::fence_shared_for_products();
-    named_sync(1 + warpgroup, S::kConsumerThreads);
-    w.queue_scores(tiles.k(c));
-    w.queue_values(tiles.v(c - 1));
-    named_arrive(2 - warpgroup, S::kConsumerThreads);
-    wgmma::wait<1>();
-    w.softmax(t, c);
-    wgmma::wait<0>();
-    wgmma::hold(w.o);
-    barrier_arrive(&empty[(c - 1) % S::kStages]);
-    w.pack_probabilities();
-  }
-  if (warpgroup == 0) named_sync(1, S::kConsumerThreads);
-  await(v_full, t.num_chunks - 1);
-  wgmma::fence_shared_for_products();
-  w.queue_values(tiles.v(t.num_chunks - 1));
-  wgmma::wait<0>();
-  wgmma::hold(w.o);
+  };
+  w.attend(t, tiles, warpgroup, empty, ready, values_ready);
   w.write(a, t);
 }
 
