@@ -343,9 +343,7 @@ __global__ void __launch_bounds__(
     const int piece = i % (kDk / 8);
     const int row = row_begin + r;
     const bool valid = r < rows_here && piece * 8 < a.head_size_k;
-    const bf16* src = valid ? a.q + (q_begin + row / a.group) * a.q_token_stride +
-                                  (kv_head * a.group + row % a.group) * a.q_head_stride + piece * 8
-                            : a.q;
+    const bf16* src = valid ? query_row(a, q_begin, kv_head, row) + piece * 8 : a.q;
     M* dst = q_s + r * S::kKStride + piece * 8;
     if constexpr (kCopyQ) {
       copy_16(dst, src, valid);

@@ -145,7 +145,7 @@ struct WarpgroupKernel {
   }
 };
 
-// The warpgroup kernel's one instantiation: chunks of 64 keys, five stages; with a producer
+// The warpgroup kernels' instantiations: chunks of 64 keys, five stages; with a producer
 // warpgroup, chunks of 128 keys, three stages (as many as fit).
 using PrefillWarpgroups = WarpgroupKernel<64, 5>;
 using PrefillWarpgroupsWithProducer = WarpgroupKernel<128, 3, true>;

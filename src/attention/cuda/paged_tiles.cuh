@@ -79,6 +79,13 @@ __device__ __forceinline__ int owned_before(const Args& a, int position) {
   return position / span * a.context_interleave + min(max(into, 0), a.context_interleave);
 }
 
+// The start of query row `row` (its (token, head-in-group) pair, token-major) of the KV head's
+// query group, for a sequence whose query tokens start at `q_begin`.
+__device__ __forceinline__ const bf16* query_row(const Args& a, int q_begin, int kv_head, int row) {
+  return a.q + (q_begin + row / a.group) * a.q_token_stride +
+         (kv_head * a.group + row % a.group) * a.q_head_stride;
+}
+
 // Elements of T in a 16-byte piece: what one cp.async copies.
 template <typename T>
 constexpr int kPiece = 16 / static_cast<int>(sizeof(T));

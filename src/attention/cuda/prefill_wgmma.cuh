@@ -133,11 +133,7 @@ __device__ __forceinline__ void load_query_rows(const Args& a, int kv_head, int 
     const SwizzledPiece<S::kRows> at(slot);
     const int row = row_begin + at.row;
     const bool valid = at.row < rows_here;
-    copy_16(q_s + at.offset,
-            valid ? a.q + (q_begin + row / a.group) * a.q_token_stride +
-                        (kv_head * a.group + row % a.group) * a.q_head_stride + at.column
-                  : a.q,
-            valid);
+    copy_16(q_s + at.offset, valid ? query_row(a, q_begin, kv_head, row) + at.column : a.q, valid);
   }
 }
 
