@@ -254,23 +254,21 @@ struct WarpgroupRows {
 
   // Attends the tile's chunks, K of chunk c at k(c) and V at v(c), with Q in place. ready(c)
   // returns once chunk c's K and chunk c - 1's V (if any) are in and visible to the products;
-  // values_ready(c), once chunk c's V is. keys_done(c) is called once chunk c's K is no longer
-  // read, for every chunk; values_done(c) once its V is, for every chunk but the last.
+  // values_ready(c), once chunk c's V is. Each warpgroup arrives on empty[c % kStages] once it is
+  // done with chunk c, for every chunk but the last.
   //
   // Chunk c's S runs while O is rescaled, then beside chunk c - 1's P V while chunk c's softmax
   // runs. Every product is queued unconditionally: one queued under a branch makes ptxas
   // serialize all of the kernel's products. The warpgroups queue their products in turn (named
   // barriers 1 and 2, warpgroup 0 first), so one's softmax runs beside the other's products.
-  template <typename Tiles, typename Ready, typename ValuesReady, typename KeysDone,
-            typename ValuesDone>
+  template <typename Tiles, typename Ready, typename ValuesReady>
   __device__ __forceinline__ void attend(const WarpgroupTile& t, const Tiles& tiles, int warpgroup,
-                                         const Ready& ready, const ValuesReady& values_ready,
-                                         const KeysDone& keys_done, const ValuesDone& values_done) {
+                                         uint64_t* empty, const Ready& ready,
+                                         const ValuesReady& values_ready) {
     constexpr int kInTurn = S::kConsumerThreads;
     ready(0);
     queue_scores(tiles.k(0));
     wgmma::wait<0>();
-    keys_done(0);
     softmax(t, 0);
     pack_probabilities();
     if (warpgroup == 1) named_arrive(1, kInTurn);
@@ -281,11 +279,10 @@ struct WarpgroupRows {
       queue_values(tiles.v(c - 1));
       named_arrive(2 - warpgroup, kInTurn);
       wgmma::wait<1>();
-      keys_done(c);
       softmax(t, c);
       wgmma::wait<0>();
       wgmma::hold(o);
-      values_done(c - 1);
+      barrier_arrive(&empty[(c - 1) % S::kStages]);
       pack_probabilities();
     }
     if (warpgroup == 0) named_sync(1, kInTurn);  // warpgroup 1's last turn, so none is pending
@@ -373,26 +370,20 @@ __global__ void __launch_bounds__(WarpgroupShape<kChunkKeys, kStageCount>::kThre
     await_chunk(chunk);
     if (chunk == 0) issue(S::kStages - 2);
   };
-  const auto chunk_done = [&](int chunk) { barrier_arrive(&empty[chunk % S::kStages]); };
-  w.attend(
-      t, tiles, warpgroup, ready, [](int) {}, [](int) {}, chunk_done);
+  w.attend(t, tiles, warpgroup, empty, ready, [](int) {});
   w.write(a, t);
 }
 
 // The same computation with a producer warpgroup (the third): it copies Q and each chunk's K and
 // V, and the two computing warpgroups only wait for them. Per stage, `k_full` and `v_full`
 // complete a phase when the producer's copies of the chunk's K or V have landed, so a chunk's S
-// starts before its V is in; `k_empty` and `v_empty` when both computing warpgroups are done with
-// the stage's K (after the chunk's S) or V (after its P V). The producer copies each chunk's K
-// before the previous chunk's V, so K, freed a chunk earlier than V, loads two chunks ahead.
+// starts before its V is in; `empty` when both computing warpgroups are done with the stage.
 template <int kChunkKeys, int kStageCount>
 __global__ void __launch_bounds__(WarpgroupShape<kChunkKeys, kStageCount, true>::kThreads, 1)
     prefill_wgmma_producer_kernel(const Args a) {
   using S = WarpgroupShape<kChunkKeys, kStageCount, true>;
   constexpr int kChunk = S::kChunk;
   constexpr int kProducerThreads = S::kThreads - S::kConsumerThreads;
-  // The table window holds the pages of two chunks, whose K and V copies interleave.
-  static_assert(2 * kChunk <= kTableWindow);
   extern __shared__ uint4 shared_raw[];
   WarpgroupTiles<S> tiles(shared_raw);
 
@@ -402,14 +393,12 @@ __global__ void __launch_bounds__(WarpgroupShape<kChunkKeys, kStageCount, true>:
 
   __shared__ uint64_t k_full[S::kStages];
   __shared__ uint64_t v_full[S::kStages];
-  __shared__ uint64_t k_empty[S::kStages];
-  __shared__ uint64_t v_empty[S::kStages];
+  __shared__ uint64_t empty[S::kStages];
   __shared__ uint64_t q_full;
   if (threadIdx.x < S::kStages) {
     barrier_init(&k_full[threadIdx.x], kProducerThreads);
     barrier_init(&v_full[threadIdx.x], kProducerThreads);
-    barrier_init(&k_empty[threadIdx.x], S::kConsumerThreads);
-    barrier_init(&v_empty[threadIdx.x], S::kConsumerThreads);
+    barrier_init(&empty[threadIdx.x], S::kConsumerThreads);
   }
   if (threadIdx.x == 0) barrier_init(&q_full, kProducerThreads);
   __syncthreads();
@@ -418,49 +407,35 @@ __global__ void __launch_bounds__(WarpgroupShape<kChunkKeys, kStageCount, true>:
     wgmma::lower_registers<S::kProducerRegisters>();
     const int worker = threadIdx.x - S::kConsumerThreads;
     const auto sync = [] { named_sync(3, kProducerThreads); };
-    // One of K or V of a chunk, once the computing warpgroups are done with its stage's tile.
-    const auto load = [&](const PagedTensor& tensor, uint64_t* empty, uint64_t* full, int chunk,
-                          unsigned char* tile) {
+    const auto load = [&](int chunk) {
       const int slot = chunk % S::kStages;
       if (chunk >= S::kStages) barrier_wait(&empty[slot], (chunk / S::kStages - 1) & 1);
-      load_swizzled_tile<S, kProducerThreads>(a, tensor, tiles.window, t.kv_head,
-                                              t.start + chunk * kChunk, t.end, worker, tile);
-      barrier_arrive_after_copies(&full[slot]);
-    };
-    // The copies in their order: K of chunk 0, then K of chunk c + 1 before V of chunk c. The
-    // table window covers both chunks of a pair.
-    int keys = 0, values = 0;  // chunks whose K, V are queued
-    const auto keys_next = [&] { return keys < t.num_chunks && keys <= values + 1; };
-    const auto next_chunk = [&] { return keys_next() ? keys : values; };
-    const auto load_next = [&] {
-      if (keys_next()) {
-        const int first = t.start + max(0, keys - 1) * kChunk;
-        const int last = min(t.start + (keys + 1) * kChunk, t.end) - 1;
-        keep_window_among<kProducerThreads>(a, t.seq, first, last, tiles.window, worker, sync);
-        load(a.k, k_empty, k_full, keys, tiles.k(keys));
-        ++keys;
-      } else {
-        load(a.v, v_empty, v_full, values, tiles.v(values));
-        ++values;
-      }
+      const int first = t.start + chunk * kChunk;
+      keep_window_among<kProducerThreads>(a, t.seq, first, min(first + kChunk, t.end) - 1,
+                                          tiles.window, worker, sync);
+      load_swizzled_tile<S, kProducerThreads>(a, a.k, tiles.window, t.kv_head, first, t.end, worker,
+                                              tiles.k(chunk));
+      barrier_arrive_after_copies(&k_full[slot]);
+      load_swizzled_tile<S, kProducerThreads>(a, a.v, tiles.window, t.kv_head, first, t.end, worker,
+                                              tiles.v(chunk));
+      barrier_arrive_after_copies(&v_full[slot]);
     };
     // As issue_cached_chunks: pages cached before this step's tokens load while the kernels before
-    // this one finish (no wait for a stage: the computing warpgroups wait for Q first).
+    // this one finish.
     if (t.num_chunks > 0) {
       fill_window_among<kProducerThreads>(a, t.seq, a.block_divisor.divide(t.start), tiles.window,
                                           worker, sync);
     }
     const int cached_keys = owned_before(a, t.first_pos);
-    while (values < t.num_chunks && next_chunk() < S::kStages &&
-           t.start + (next_chunk() + 1) * kChunk <= cached_keys) {
-      load_next();
-    }
+    int c = 0;
+    for (; c < min(t.num_chunks, S::kStages) && t.start + (c + 1) * kChunk <= cached_keys; ++c)
+      load(c);
     start_after_prior_kernels();
     load_query_rows<S, kProducerThreads>(a, t.kv_head, t.q_begin, t.row_begin, t.rows_here, worker,
                                          tiles.q);
     barrier_arrive_after_copies(&q_full);
-    while (values < t.num_chunks)
-      load_next();
+    for (; c < t.num_chunks; ++c)
+      load(c);
     copy_commit();   // a group of every copy not yet waited for,
     copy_wait<0>();  // so that no copy outlives its thread
     return;
@@ -486,9 +461,7 @@ __global__ void __launch_bounds__(WarpgroupShape<kChunkKeys, kStageCount, true>:
     await(v_full, chunk);
     wgmma::fence_shared_for_products();
   };
-  const auto keys_done = [&](int chunk) { barrier_arrive(&k_empty[chunk % S::kStages]); };
-  const auto values_done = [&](int chunk) { barrier_arrive(&v_empty[chunk % S::kStages]); };
-  w.attend(t, tiles, warpgroup, ready, values_ready, keys_done, values_done);
+  w.attend(t, tiles, warpgroup, empty, ready, values_ready);
   w.write(a, t);
 }
 
