@@ -269,11 +269,15 @@ PrefillCtas prefill_ctas_for(int64_t head_size_k, int64_t head_size_v, DType cac
   const PrefillCtas ctas = default_prefill_ctas(head_size_k, head_size_v, cache_dtype);
   if (ctas != PrefillCtas::k2Warpgroups) return ctas;
   // The warpgroup CTAs cost more to start and finish than the 4 x 32 ones and gain over each
-  // chunk of a long causal range. Measured on an H100 (docs/performance.md): 0.81-0.84x the time
-  // from prompts of 8k tokens on, and 0.94x end to end on a lone 512-token prompt (one wave of
-  // CTAs); level on 16 prompts of 2048 tokens, 1.21x on 64 of 512 (launches of many waves).
-  constexpr int64_t kLongRows = 4096 * 4;  // 4k tokens of Llama-3-8B's 4-head query groups
+  // chunk of a long causal range; the producer warpgroup's CTAs more so. Measured on an H100
+  // (docs/performance.md), against the 4 x 32 CTAs: 0.92x the time on 16 prompts of 2048 tokens,
+  // 0.94x end to end on a lone 512-token prompt (one wave of CTAs), 1.07x on 64 of 512 (many
+  // waves); the producer's CTAs against the two-warpgroup ones: level on 4 prompts of 8k tokens,
+  // 0.87x on one of 32k, 1.12x on 64 of 512. Rows count Llama-3-8B's 4-head query groups.
+  constexpr int64_t kLongRows = 2048 * 4;
+  constexpr int64_t kVeryLongRows = 16384 * 4;
   constexpr int64_t kRows = PrefillWarpgroups::S::kRows;
+  if (max_rows >= kVeryLongRows) return PrefillCtas::k3Warpgroups;
   const int64_t row_ctas = (max_rows + kRows - 1) / kRows;
   const bool one_wave = seqs * kv_heads * row_ctas <= multiprocessor_count();
   return max_rows >= kLongRows || one_wave ? ctas : PrefillCtas::k4Warps32Rows;

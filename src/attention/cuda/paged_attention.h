@@ -40,7 +40,8 @@ bool prefill_ctas_available(PrefillCtas ctas, int64_t head_size_k, int64_t head_
 // The prefill CTAs a plan of PrefillCtas::kDefault runs for `seqs` prompts of at most `max_rows`
 // query rows (tokens x query heads per KV head) each, over `kv_heads` KV heads:
 // the measured best for the head, and for heads of 128 with bf16 pages on sm_90a the warpgroup
-// kernel unless the launch is many waves of short prompts.
+// kernel unless the launch is many waves of short prompts, with a producer warpgroup from
+// prompts of 16k tokens (of 4-head query groups).
 PrefillCtas prefill_ctas_for(int64_t head_size_k, int64_t head_size_v, DType cache_dtype,
                              int64_t seqs, int64_t kv_heads, int64_t max_rows);
 
