@@ -255,11 +255,12 @@ struct PrefillResult {
   double peer_distance = 0;
 };
 
-// Causal prefill of `batch` prompts of `prompt` tokens whose K/V are already in the pages (slot
-// -1: the kernel over the cache, as a layer that shares another's KV runs it). One block set: a
+// Causal prefill of `batch` prompts of `prompt` tokens after `cached` earlier ones (a chunk of a
+// longer prompt), whose K/V are already in the pages (slot -1: the kernel over the cache, as a
+// layer that shares another's KV runs it). One block set: a
 // batch's K/V, 128 MiB or more, is far larger than the L2 cache.
 PrefillResult run_prefill(const Tensor& pool, int64_t head, int64_t batch, int64_t prompt,
-                          Peer peer, std::mt19937& rng) {
+                          int64_t cached, Peer peer, std::mt19937& rng) {
   const KvPageShape page{.block_size = kBlock,
                          .num_kv_heads = kKvHeads,
                          .head_size_k = head,
@@ -270,7 +271,8 @@ PrefillResult run_prefill(const Tensor& pool, int64_t head, int64_t batch, int64
   const KvCacheView cache =
       reshape_kv_cache(pool.narrow(0, 0, num_blocks * page.page_bytes()), backend, page, num_blocks,
                        PagePlacement{.offset_bytes = 0, .block_stride_bytes = page.page_bytes()});
-  const int64_t blocks_per_seq = (prompt + kBlock - 1) / kBlock;
+  const int64_t seq_len = cached + prompt;
+  const int64_t blocks_per_seq = (seq_len + kBlock - 1) / kBlock;
   const int64_t tokens = batch * prompt;
   std::vector<int32_t> blocks(num_blocks);
   std::iota(blocks.begin(), blocks.end(), 0);
@@ -284,7 +286,7 @@ PrefillResult run_prefill(const Tensor& pool, int64_t head, int64_t batch, int64
   meta.query_start.push_back(0);
   for (int64_t b = 0; b < batch; ++b) {
     meta.query_start.push_back((b + 1) * prompt);
-    meta.seq_lens.push_back(prompt);
+    meta.seq_lens.push_back(seq_len);
     meta.block_table_rows.push_back(static_cast<int32_t>(b));
   }
   meta.slot_mapping.assign(tokens, -1);
@@ -297,9 +299,9 @@ PrefillResult run_prefill(const Tensor& pool, int64_t head, int64_t batch, int64
   const auto attend = [&] {
     cuda::paged_attention(params, query, Tensor(), Tensor(), cache, plan, output);
   };
-  // Query i of a prompt sees keys 0..i: L (L + 1) / 2 pairs, each 2 * head FLOP for q·k and as
-  // many for p·v, in every query head.
-  const double flops = 4.0 * batch * (prompt * (prompt + 1) / 2) * kQHeads * head;
+  // Query i of a prompt sees keys 0..cached + i: P C + P (P + 1) / 2 pairs, each 2 * head FLOP
+  // for q·k and as many for p·v, in every query head.
+  const double flops = 4.0 * batch * (prompt * cached + prompt * (prompt + 1) / 2) * kQHeads * head;
 
   PrefillResult result;
   // Once, eagerly: the output the peer is checked against. paged_attention's argument checks
@@ -314,7 +316,7 @@ PrefillResult run_prefill(const Tensor& pool, int64_t head, int64_t batch, int64
     const Tensor peer_output = Tensor::empty(output.shape(), DType::kBF16, Device::cuda(0));
     const std::unique_ptr<bench::FlashInferAttention> flashinfer =
         bench::FlashInferAttention::prefill(
-            flashinfer_batch(params, cache, plan, meta.seq_lens, query, peer_output));
+            flashinfer_batch(params, cache, plan, meta.seq_lens, query, peer_output), prompt);
     flashinfer->run();
     if (result.refusal.empty()) {
       result.peer_distance = checked_distance(peer_output, output, head,
@@ -352,21 +354,6 @@ constexpr Peer kPeer = Peer::kFlashInfer;
 constexpr Peer kPeer = Peer::kNone;
 #endif
 
-std::string prefill_shape_name(cuda::PrefillCtas ctas) {
-  switch (ctas) {
-    case cuda::PrefillCtas::k8Warps16Rows:
-      return "8×16";
-    case cuda::PrefillCtas::k4Warps32Rows:
-      return "4×32";
-    case cuda::PrefillCtas::k2Warpgroups:
-      return "wgmma";
-    case cuda::PrefillCtas::k3Warpgroups:
-      return "wgmma+p";
-    default:
-      return "4×16";
-  }
-}
-
 // The decode table's FlashInfer cells of a row: time, share of copy bandwidth, pagoda's time over
 // FlashInfer's and how far apart their outputs are; none without FlashInfer.
 std::string decode_peer_cells(const Result& r, double copy) {
@@ -387,12 +374,12 @@ void print_prefill_table(const Tensor& pool, std::mt19937& rng) {
   }
   fmt::print(
       "pagoda: its default CTAs for the head (default); then, for heads of 128 and 256, each CTA "
-      "shape: 4 warps of 16 rows (4×16), 8 warps of 16 rows (8×16), 4 warps of 32 rows (4×32, "
+      "shape: 4 warps of 16 rows (4x16), 8 warps of 16 rows (8x16), 4 warps of 32 rows (4x32, "
       "head 128), two warpgroups of 64 rows on wgmma (wgmma, head 128 on sm_90a), the same over "
       "chunks of 128 keys with a third warpgroup copying for the two (wgmma+p), with the rel. "
-      "diff of each from 4×16's output.\n\n");
+      "diff of each from 4x16's output.\n\n");
   fmt::print(
-      "| head | prompts | default | µs | TFLOP/s | 4×16 µs | 8×16 µs | rel. diff | 4×32 µs | "
+      "| head | prompts | default | µs | TFLOP/s | 4x16 µs | 8x16 µs | rel. diff | 4x32 µs | "
       "rel. diff | wgmma µs | rel. diff | wgmma+p µs | rel. diff |{}\n",
       peer_header);
   fmt::print("|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|{}\n",
@@ -400,10 +387,10 @@ void print_prefill_table(const Tensor& pool, std::mt19937& rng) {
   std::vector<std::string> refusals;
   for (int64_t head : {128, 256, 512}) {
     for (const auto& [batch, prompt] : kPrefillBatches) {
-      const PrefillResult r = run_prefill(pool, head, batch, prompt, kPeer, rng);
-      std::string cells = fmt::format(
-          " {} |", prefill_shape_name(cuda::prefill_ctas_for(
-                       head, head, DType::kBF16, batch, kKvHeads, prompt * (kQHeads / kKvHeads))));
+      const PrefillResult r = run_prefill(pool, head, batch, prompt, 0, kPeer, rng);
+      std::string cells = fmt::format(" {} |", cuda::prefill_ctas_name(cuda::prefill_ctas_for(
+                                                   head, head, DType::kBF16, batch, kKvHeads,
+                                                   prompt * (kQHeads / kKvHeads), prompt)));
       cells += r.refusal.empty() ? fmt::format(" {:.0f} | {:.0f} |", r.us, r.flops / 1e12)
                                  : fmt::format(" — ({}) | — |", refusals.size() + 1);
       for (size_t i = 0; i < kPrefillShapes.size(); ++i) {
@@ -467,7 +454,8 @@ void print_verify_table(const Tensor& pool, double copy, std::mt19937& rng) {
 
 // With no arguments: the tables. With BATCH CONTEXT [hnd] [fp8]: that one decode case, pagoda
 // alone (for a profiler). With "verify" or "prefill": that table alone. With prefill HEAD BATCH
-// PROMPT: that one prefill case, each CTA shape's time too (a quick comparison, or a profiler's).
+// PROMPT [CACHED]: that one prefill case (each prompt after CACHED tokens already in the cache),
+// each CTA shape's time too (a quick comparison, or a profiler's).
 void run(int argc, char** argv) {
   const double copy = bench::copy_bandwidth();
   fmt::print("device-to-device copy: {:.0f} GB/s (read + write)\n\n", copy / 1e9);
@@ -483,18 +471,19 @@ void run(int argc, char** argv) {
     print_prefill_table(pool, rng);
     return;
   }
-  if (argc == 5 && std::string(argv[1]) == "prefill") {
+  if ((argc == 5 || argc == 6) && std::string(argv[1]) == "prefill") {
+    const int64_t cached = argc == 6 ? std::stoll(argv[5]) : 0;
     const PrefillResult r = run_prefill(pool, std::stoll(argv[2]), std::stoll(argv[3]),
-                                        std::stoll(argv[4]), kPeer, rng);
+                                        std::stoll(argv[4]), cached, kPeer, rng);
     std::string shapes;
     for (size_t i = 0; i < kPrefillShapes.size(); ++i) {
       if (r.shape_us[i] > 0) {
-        shapes +=
-            fmt::format("; {} {:.0f} µs", prefill_shape_name(kPrefillShapes[i]), r.shape_us[i]);
+        shapes += fmt::format("; {} {:.0f} µs", cuda::prefill_ctas_name(kPrefillShapes[i]),
+                              r.shape_us[i]);
       }
     }
-    fmt::print("prefill head {} {} x {}: {:.0f} µs, {:.0f} TFLOP/s{}{}\n", argv[2], argv[3],
-               argv[4], r.us, r.flops / 1e12, shapes,
+    fmt::print("prefill head {} {} x {} after {}: {:.0f} µs, {:.0f} TFLOP/s{}{}\n", argv[2],
+               argv[3], argv[4], cached, r.us, r.flops / 1e12, shapes,
                r.peer_us > 0 ? fmt::format("; FlashInfer {:.0f} µs", r.peer_us) : "");
     return;
   }

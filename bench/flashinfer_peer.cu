@@ -6,6 +6,7 @@
 
 #include <cuda_bf16.h>
 
+#include <algorithm>
 #include <flashinfer/attention/default_prefill_params.cuh>
 #include <flashinfer/attention/prefill.cuh>
 #include <flashinfer/attention/scheduler.cuh>
@@ -229,12 +230,16 @@ std::unique_ptr<FlashInferAttention> FlashInferAttention::decode(const FlashInfe
           batch, std::vector<int64_t>(batch.seq_lens.size(), 1), Mask::kNone)));
 }
 
-std::unique_ptr<FlashInferAttention> FlashInferAttention::prefill(const FlashInferBatch& batch) {
+std::unique_ptr<FlashInferAttention> FlashInferAttention::prefill(const FlashInferBatch& batch,
+                                                                  int64_t query_len) {
   if (batch.head_size != 128 && batch.head_size != 256 && batch.head_size != 512) {
     fail("FlashInfer prefill is built for head sizes 128, 256 and 512, not {}", batch.head_size);
   }
-  return std::unique_ptr<FlashInferAttention>(new FlashInferAttention(
-      std::make_unique<FlashInferPlan>(batch, batch.seq_lens, Mask::kCausal)));
+  std::vector<int64_t> query_lens = batch.seq_lens;
+  for (int64_t& len : query_lens)
+    len = std::min(len, query_len);
+  return std::unique_ptr<FlashInferAttention>(
+      new FlashInferAttention(std::make_unique<FlashInferPlan>(batch, query_lens, Mask::kCausal)));
 }
 
 void FlashInferAttention::run() {

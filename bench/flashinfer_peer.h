@@ -43,9 +43,10 @@ class FlashInferAttention {
  public:
   // One query row per sequence (T = num_seqs) over its whole cache. Head size 128 only.
   static std::unique_ptr<FlashInferAttention> decode(const FlashInferBatch& batch);
-  // Whole prompts, causal: sequence s has seq_lens[s] query rows, rows in sequence order
-  // (T = the sum of seq_lens). Head sizes 128, 256 and 512.
-  static std::unique_ptr<FlashInferAttention> prefill(const FlashInferBatch& batch);
+  // Causal prompts: sequence s has the last min(query_len, seq_lens[s]) of its tokens as query
+  // rows (all of them by default), rows in sequence order. Head sizes 128, 256 and 512.
+  static std::unique_ptr<FlashInferAttention> prefill(const FlashInferBatch& batch,
+                                                      int64_t query_len = INT64_MAX);
   ~FlashInferAttention();
   FlashInferAttention(const FlashInferAttention&) = delete;
   FlashInferAttention& operator=(const FlashInferAttention&) = delete;

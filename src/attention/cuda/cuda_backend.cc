@@ -1,7 +1,10 @@
 #include "attention/cuda/cuda_backend.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <limits>
+#include <string>
+#include <string_view>
 
 #include "attention/cuda/device_metadata.h"
 #include "attention/cuda/paged_attention.h"
@@ -62,8 +65,27 @@ class CudaAttentionPlan final : public AttentionPlan {
   int64_t reallocations_ = 0;
 };
 
+// For timing one prefill CTA shape against another inside whole steps: PAGODA_PREFILL_CTAS names
+// the shape every plan runs (prefill_ctas_name's names); unset or auto, each launch's default.
+cuda::PrefillCtas prefill_ctas_from_environment() {
+  static const cuda::PrefillCtas ctas = [] {
+    const char* value = std::getenv("PAGODA_PREFILL_CTAS");
+    const std::string_view name = value == nullptr ? "auto" : value;
+    std::string names;
+    for (const cuda::PrefillCtas c :
+         {cuda::PrefillCtas::kDefault, cuda::PrefillCtas::k4Warps16Rows,
+          cuda::PrefillCtas::k8Warps16Rows, cuda::PrefillCtas::k4Warps32Rows,
+          cuda::PrefillCtas::k2Warpgroups, cuda::PrefillCtas::k3Warpgroups}) {
+      if (cuda::prefill_ctas_name(c) == name) return c;
+      names += fmt::format("{}{}", names.empty() ? "" : ", ", cuda::prefill_ctas_name(c));
+    }
+    fail("PAGODA_PREFILL_CTAS is one of {}, not '{}'", names, name);
+  }();
+  return ctas;
+}
+
 std::unique_ptr<AttentionPlan> make_default_cuda_plan(const AttentionGroup& group) {
-  return std::make_unique<CudaAttentionPlan>(group, cuda::PrefillCtas::kDefault);
+  return std::make_unique<CudaAttentionPlan>(group, prefill_ctas_from_environment());
 }
 
 AttentionSupport cuda_support() {

@@ -88,6 +88,7 @@ void DeviceMetadata::update(const AttentionMetadata& metadata, int64_t padding_s
   num_decode_seqs_ = metadata.num_decode_seqs;
   max_decode_query_len_ = 0;
   max_prefill_query_len_ = 0;
+  max_prefill_seq_len_ = 0;
   max_seq_len_ = 0;
   context_ = metadata.context;
   // A block id covers block_size tokens of each of the context's ranks.
@@ -103,6 +104,7 @@ void DeviceMetadata::update(const AttentionMetadata& metadata, int64_t padding_s
       max_decode_query_len_ = std::max(max_decode_query_len_, query_len);
     } else {
       max_prefill_query_len_ = std::max(max_prefill_query_len_, query_len);
+      max_prefill_seq_len_ = std::max(max_prefill_seq_len_, metadata.seq_lens[s]);
     }
     max_seq_len_ = std::max(max_seq_len_, metadata.seq_lens[s]);
     max_blocks = std::max(max_blocks, (metadata.seq_lens[s] + block_tokens - 1) / block_tokens);

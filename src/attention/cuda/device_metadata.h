@@ -56,6 +56,8 @@ class DeviceMetadata {
   int64_t num_actual_tokens() const { return num_actual_tokens_; }
   int64_t max_prefill_query_len() const { return max_prefill_query_len_; }
   int64_t max_seq_len() const { return max_seq_len_; }
+  // The longest prefilling sequence, its cached tokens and new ones (0 without one).
+  int64_t max_prefill_seq_len() const { return max_prefill_seq_len_; }
   // The rank's share of each sequence's tokens the cache holds (every token without DCP).
   const ContextShard& context() const { return context_; }
 
@@ -80,7 +82,7 @@ class DeviceMetadata {
   std::unique_ptr<Buffers> buffers_;
   int64_t max_seqs_, max_tokens_, max_blocks_per_seq_, block_size_;
   int64_t num_seqs_ = 0, num_decode_seqs_ = 0, num_actual_tokens_ = 0, max_decode_query_len_ = 0;
-  int64_t max_prefill_query_len_ = 0, max_seq_len_ = 0;
+  int64_t max_prefill_query_len_ = 0, max_prefill_seq_len_ = 0, max_seq_len_ = 0;
   ContextShard context_;
 };
 

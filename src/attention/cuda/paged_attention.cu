@@ -264,23 +264,42 @@ bool prefill_ctas_available(PrefillCtas ctas, int64_t head_size_k, int64_t head_
   }
 }
 
+std::string_view prefill_ctas_name(PrefillCtas ctas) {
+  switch (ctas) {
+    case PrefillCtas::kDefault:
+      return "auto";
+    case PrefillCtas::k4Warps16Rows:
+      return "4x16";
+    case PrefillCtas::k8Warps16Rows:
+      return "8x16";
+    case PrefillCtas::k4Warps32Rows:
+      return "4x32";
+    case PrefillCtas::k2Warpgroups:
+      return "wgmma";
+    case PrefillCtas::k3Warpgroups:
+      return "wgmma+p";
+  }
+  return "?";
+}
+
 PrefillCtas prefill_ctas_for(int64_t head_size_k, int64_t head_size_v, DType cache_dtype,
-                             int64_t seqs, int64_t kv_heads, int64_t max_rows) {
+                             int64_t seqs, int64_t kv_heads, int64_t max_rows, int64_t max_keys) {
   const PrefillCtas ctas = default_prefill_ctas(head_size_k, head_size_v, cache_dtype);
   if (ctas != PrefillCtas::k2Warpgroups) return ctas;
   // The warpgroup CTAs cost more to start and finish than the 4 x 32 ones and gain over each
-  // chunk of a long causal range; the producer warpgroup's CTAs more so. Measured on an H100
+  // chunk of keys they walk; the producer warpgroup's CTAs more so. So the choice counts keys: a
+  // chunk of a long prompt walks its cached tokens too. Measured on an H100
   // (docs/performance.md), against the 4 x 32 CTAs: 0.92x the time on 16 prompts of 2048 tokens,
   // 0.94x end to end on a lone 512-token prompt (one wave of CTAs), 1.07x on 64 of 512 (many
   // waves); the producer's CTAs against the two-warpgroup ones: level on 4 prompts of 8k tokens,
-  // 0.87x on one of 32k, 1.12x on 64 of 512. Rows count Llama-3-8B's 4-head query groups.
-  constexpr int64_t kLongRows = 2048 * 4;
-  constexpr int64_t kVeryLongRows = 16384 * 4;
+  // 0.87x on one of 32k, 1.12x on 64 of 512.
+  constexpr int64_t kLongKeys = 2048;
+  constexpr int64_t kVeryLongKeys = 16384;
   constexpr int64_t kRows = PrefillWarpgroups::S::kRows;
-  if (max_rows >= kVeryLongRows) return PrefillCtas::k3Warpgroups;
+  if (max_keys >= kVeryLongKeys) return PrefillCtas::k3Warpgroups;
   const int64_t row_ctas = (max_rows + kRows - 1) / kRows;
   const bool one_wave = seqs * kv_heads * row_ctas <= multiprocessor_count();
-  return max_rows >= kLongRows || one_wave ? ctas : PrefillCtas::k4Warps32Rows;
+  return max_keys >= kLongKeys || one_wave ? ctas : PrefillCtas::k4Warps32Rows;
 }
 
 int64_t decode_splits_for(int64_t head_size_k, int64_t head_size_v, int64_t pairs,
@@ -428,7 +447,9 @@ void paged_attention(const AttentionLayerParams& params, const Tensor& query, co
       };
       const PrefillCtas ctas =
           plan.prefill_ctas == PrefillCtas::kDefault
-              ? prefill_ctas_for(dk, dv, cache_dtype, rest, hkv, max_query * args.group)
+              ? prefill_ctas_for(
+                    dk, dv, cache_dtype, rest, hkv, max_query * args.group,
+                    (plan.max_prefill_seq_len() + plan.context().size - 1) / plan.context().size)
               : plan.prefill_ctas;
       with_prefill_kernel<T, kPrefillStages>(dk, dv, ctas, launch_prefill);
     }

@@ -8,6 +8,7 @@
 
 #include <array>
 #include <cstdint>
+#include <string_view>
 #include <utility>
 
 #include "attention/attention_plan.h"
@@ -37,13 +38,15 @@ int64_t decode_splits_for(int64_t head_size_k, int64_t head_size_v, int64_t pair
 // (kDefault and k4Warps16Rows: for every head); a plan asking for others is refused.
 bool prefill_ctas_available(PrefillCtas ctas, int64_t head_size_k, int64_t head_size_v,
                             DType cache_dtype);
+// A short name: auto, 4x16, 8x16, 4x32, wgmma (two warpgroups), wgmma+p (and a producer).
+std::string_view prefill_ctas_name(PrefillCtas ctas);
 // The prefill CTAs a plan of PrefillCtas::kDefault runs for `seqs` prompts of at most `max_rows`
-// query rows (tokens x query heads per KV head) each, over `kv_heads` KV heads:
-// the measured best for the head, and for heads of 128 with bf16 pages on sm_90a the warpgroup
-// kernel unless the launch is many waves of short prompts, with a producer warpgroup from
-// prompts of 16k tokens (of 4-head query groups).
+// query rows (tokens x query heads per KV head) each, over `kv_heads` KV heads, the longest
+// prompt attending over `max_keys` tokens (its cached ones too): the measured best for the head,
+// and for heads of 128 with bf16 pages on sm_90a the warpgroup kernel unless the launch is many
+// waves of short prompts, with a producer warpgroup from 16k keys.
 PrefillCtas prefill_ctas_for(int64_t head_size_k, int64_t head_size_v, DType cache_dtype,
-                             int64_t seqs, int64_t kv_heads, int64_t max_rows);
+                             int64_t seqs, int64_t kv_heads, int64_t max_rows, int64_t max_keys);
 
 // query: [T, Hq, Dk] bf16 (unit inner stride, rows may be strided); key [T, Hkv, Dk] and value
 // [T, Hkv, Dv] bf16, or both undefined (attend over the cache as it is). output: [T, Hq * Dv]
