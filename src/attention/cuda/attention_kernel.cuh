@@ -31,6 +31,7 @@
 
 #include <cmath>
 
+#include "attention/cuda/cta_place.h"
 #include "attention/cuda/paged_tiles.cuh"
 #include "core/cuda/launch.h"
 
@@ -206,14 +207,17 @@ __global__ void __launch_bounds__(
   TableWindow window{
       reinterpret_cast<int32_t*>(stages + S::kStages * S::kStageBytes + S::kWideBytes)};
 
-  const int seq = a.seq_offset + blockIdx.x;
-  const int kv_head = blockIdx.y;
-  // z: (row tile, split, V slice), the slice fastest. A slice is kDv of V's dv_total columns.
-  const int slice = blockIdx.z % a.dv_slices;
-  const int row_tiles = gridDim.z / (a.num_splits * a.dv_slices);
-  const int z_tile = blockIdx.z / a.dv_slices / a.num_splits;
-  const int row_tile = kRowTiles > 1 ? row_tiles - 1 - z_tile : z_tile;  // prefill: last first
-  const int split = blockIdx.z / a.dv_slices % a.num_splits;
+  // A tile is (row tile, split, V slice), the slice fastest; a slice is kDv of V's dv_total
+  // columns.
+  const CtaPlace place = cta_place(blockIdx.x, blockIdx.z, gridDim.x, gridDim.z, a.num_kv_heads);
+  const int seq = a.seq_offset + place.seq;
+  const int kv_head = place.kv_head;
+  const int tile = place.tile;
+  const int slice = tile % a.dv_slices;
+  const int row_tiles = gridDim.x / (a.num_kv_heads * a.num_splits * a.dv_slices);
+  const int x_tile = tile / a.dv_slices / a.num_splits;
+  const int row_tile = kRowTiles > 1 ? row_tiles - 1 - x_tile : x_tile;  // prefill: last first
+  const int split = tile / a.dv_slices % a.num_splits;
   const int dv_offset = slice * kDv;
   PagedTensor v_slice = a.v;
   v_slice.base = static_cast<T*>(a.v.base) + dv_offset;
@@ -536,13 +540,13 @@ __global__ void __launch_bounds__(
   const bool split_kv = splits > 1;
   // Partial results and the counter of one (sequence, KV head, row tile, V slice).
   const int64_t cta =
-      ((static_cast<int64_t>(blockIdx.x) * a.num_kv_heads + kv_head) * row_tiles + row_tile) *
+      ((static_cast<int64_t>(place.seq) * a.num_kv_heads + kv_head) * row_tiles + row_tile) *
           a.dv_slices +
       slice;
   const int64_t partial_index = cta * a.num_splits + split;
   float* partial_o = a.partials + partial_index * 16 * kDv;
   float* partial_lse = a.partials +
-                       static_cast<int64_t>(gridDim.x) * a.num_kv_heads * row_tiles * a.dv_slices *
+                       static_cast<int64_t>(gridDim.z) * a.num_kv_heads * row_tiles * a.dv_slices *
                            a.num_splits * 16 * kDv +
                        partial_index * 16;
   for (int i = threadIdx.x; i < rows_here * kDv; i += kThreads) {

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <type_traits>
 
 #include "attention/cuda/attention_kernel.cuh"
@@ -83,6 +84,16 @@ void with_cache_type(DType dtype, Body&& body) {
   return body(std::type_identity<bf16>{});
 }
 
+// The attention kernels' grids (cta_place.h): x the tiles of every KV head, z the sequences (at
+// most 65535).
+dim3 attention_grid(int64_t tiles, int64_t kv_heads, int64_t num_seqs) {
+  PAGODA_CHECK(num_seqs >= 1 && num_seqs <= 65535,
+               "{} sequences in one attention launch; at most 65535", num_seqs);
+  PAGODA_CHECK(tiles * kv_heads <= std::numeric_limits<int32_t>::max(),
+               "{} tiles of {} KV heads in one attention launch", tiles, kv_heads);
+  return dim3(static_cast<unsigned>(tiles * kv_heads), 1, static_cast<unsigned>(num_seqs));
+}
+
 template <typename T, int kDk, int kDv, int kRowTiles, int kStages, int kChunk = kDefaultChunk,
           int kWarpTiles = 1>
 struct Kernel {
@@ -111,7 +122,8 @@ struct Kernel {
     // CTAs of one key group write their rows from registers, which a split result cannot.
     PAGODA_CHECK(S::kKeyGroups > 1 || args.num_splits == 1, "prefill CTAs cannot split KV");
     prepare();
-    const dim3 grid(num_seqs, args.num_kv_heads, row_tiles * args.num_splits * args.dv_slices);
+    const dim3 grid = attention_grid(int64_t{row_tiles} * args.num_splits * args.dv_slices,
+                                     args.num_kv_heads, num_seqs);
     cuda::launch(kFunction, grid, S::kThreads, S::kSmemBytes, stream(), args);
   }
 };
@@ -140,7 +152,7 @@ struct WarpgroupKernel {
       return true;
     }();
     (void)prepared;
-    const dim3 grid(num_seqs, args.num_kv_heads, row_tiles);
+    const dim3 grid = attention_grid(row_tiles, args.num_kv_heads, num_seqs);
     cuda::launch(kFunction, grid, S::kThreads, S::kSmemBytes, stream(), args);
   }
 };

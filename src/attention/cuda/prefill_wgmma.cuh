@@ -145,9 +145,11 @@ struct WarpgroupTile {
 
   // False for a tile past a shorter sequence.
   __device__ bool take(const Args& a, int rows, int chunk) {
-    seq = a.seq_offset + blockIdx.x;
-    kv_head = blockIdx.y;
-    const int row_tile = gridDim.z - 1 - blockIdx.z;  // the longest causal ranges first
+    const CtaPlace place = cta_place(blockIdx.x, blockIdx.z, gridDim.x, gridDim.z, a.num_kv_heads);
+    seq = a.seq_offset + place.seq;
+    kv_head = place.kv_head;
+    // The longest causal ranges first.
+    const int row_tile = gridDim.x / a.num_kv_heads - 1 - place.tile;
     q_begin = a.query_start[seq];
     const int q_len = a.query_start[seq + 1] - q_begin;
     const int seq_len = a.seq_lens[seq];
