@@ -300,18 +300,18 @@ PrefillCtas prefill_ctas_for(int64_t head_size_k, int64_t head_size_v, DType cac
   if (ctas != PrefillCtas::k2Warpgroups) return ctas;
   // The warpgroup CTAs cost more to start and finish than the 4 x 32 ones and gain over each
   // chunk of keys they walk; the producer warpgroup's CTAs more so. So the choice counts keys: a
-  // chunk of a long prompt walks its cached tokens too. Measured on an H100
-  // (docs/performance.md), against the 4 x 32 CTAs: 0.92x the time on 16 prompts of 2048 tokens,
-  // 0.94x end to end on a lone 512-token prompt (one wave of CTAs), 1.07x on 64 of 512 (many
-  // waves); the producer's CTAs against the two-warpgroup ones: level on 4 prompts of 8k tokens,
-  // 0.87x on one of 32k, 1.12x on 64 of 512.
+  // chunk of a long prompt walks its cached tokens too. Measured on an H100 with the CTAs placed
+  // as cta_place.h does (docs/performance.md), the producer's CTAs against the two-warpgroup ones:
+  // 0.89x the time on 16 prompts of 2048 tokens, 0.87-0.92x on 1 and 4 of 8k, 0.86x on 8 chunks
+  // of 2048 after 14k cached, 0.97x end to end on a lone 8k prompt; against the 4 x 32 CTAs on 64
+  // prompts of 512 (many waves), 1.10x, where the two-warpgroup ones took 1.02x. On a lone
+  // 512-token prompt (one wave) the two-warpgroup CTAs took 0.94x the 4 x 32 ones' time.
   constexpr int64_t kLongKeys = 2048;
-  constexpr int64_t kVeryLongKeys = 16384;
   constexpr int64_t kRows = PrefillWarpgroups::S::kRows;
-  if (max_keys >= kVeryLongKeys) return PrefillCtas::k3Warpgroups;
+  if (max_keys >= kLongKeys) return PrefillCtas::k3Warpgroups;
   const int64_t row_ctas = (max_rows + kRows - 1) / kRows;
   const bool one_wave = seqs * kv_heads * row_ctas <= multiprocessor_count();
-  return max_keys >= kLongKeys || one_wave ? ctas : PrefillCtas::k4Warps32Rows;
+  return one_wave ? ctas : PrefillCtas::k4Warps32Rows;
 }
 
 int64_t decode_splits_for(int64_t head_size_k, int64_t head_size_v, int64_t pairs,

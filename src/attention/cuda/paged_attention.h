@@ -44,7 +44,7 @@ std::string_view prefill_ctas_name(PrefillCtas ctas);
 // query rows (tokens x query heads per KV head) each, over `kv_heads` KV heads, the longest
 // prompt attending over `max_keys` tokens (its cached ones too): the measured best for the head,
 // and for heads of 128 with bf16 pages on sm_90a the warpgroup kernel unless the launch is many
-// waves of short prompts, with a producer warpgroup from 16k keys.
+// waves of short prompts, with a producer warpgroup from 2k keys.
 PrefillCtas prefill_ctas_for(int64_t head_size_k, int64_t head_size_v, DType cache_dtype,
                              int64_t seqs, int64_t kv_heads, int64_t max_rows, int64_t max_keys);
 
