@@ -117,6 +117,28 @@ TEST(OpsTest, AddNormedMatchesReference) {
   }
 }
 
+// Gate, up and output may be column slices of wider rows (as a fused gate/up output, or one
+// layer's share of per-layer inputs, is): each element lands where its row's stride puts it.
+TEST(OpsTest, GatedActivationOverStridedRows) {
+  const int64_t rows = 3, cols = 5;
+  const Tensor wide = Tensor::empty({rows, 3 * cols}, DType::kF32);
+  for (int64_t i = 0; i < wide.numel(); ++i)
+    wide.data<float>()[i] = 0.1f * static_cast<float>(i - 20);
+  const Tensor out = Tensor::empty({rows, 2 * cols}, DType::kF32);
+  for (int64_t i = 0; i < out.numel(); ++i)
+    out.data<float>()[i] = -7.0f;
+  cpu::gated_activation(cpu::Activation::kSilu, wide.narrow(1, 0, cols),
+                        wide.narrow(1, 2 * cols, cols), out.narrow(1, cols, cols));
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; ++c) {
+      const float g = wide.at<float>({r, c});
+      const float u = wide.at<float>({r, 2 * cols + c});
+      EXPECT_NEAR(out.at<float>({r, cols + c}), g / (1 + std::exp(-g)) * u, 1e-6) << r << "," << c;
+      EXPECT_EQ(out.at<float>({r, c}), -7.0f);  // the columns outside the slice stay
+    }
+  }
+}
+
 TEST(OpsTest, GatedActivationsSoftcapLogSoftmax) {
   Tensor gate = Tensor::empty({1, 2}, DType::kF32);
   Tensor up = Tensor::empty({1, 2}, DType::kF32);

@@ -16,6 +16,14 @@ void check_rows(const Tensor& t, const char* what) {
                "{} must be a contiguous 2-D f32 tensor; got shape {}", what, t.shape());
 }
 
+// 2-D f32 whose rows are contiguous but may lie any distance apart.
+void check_strided_rows(const Tensor& t, const char* what) {
+  PAGODA_CHECK(
+      t.dim() == 2 && t.stride(1) == 1 && t.stride(0) >= t.size(1) && t.dtype() == DType::kF32,
+      "{} must be a 2-D f32 tensor of contiguous rows; got shape {}, strides {}", what, t.shape(),
+      t.strides());
+}
+
 }  // namespace
 
 void load_floats(const std::byte* src, DType dtype, int64_t count, float scale, float* out) {
@@ -138,25 +146,29 @@ void add_in_place(const Tensor& x, const Tensor& y) {
 
 void gated_activation(Activation activation, const Tensor& gate, const Tensor& up,
                       const Tensor& out) {
-  check_rows(gate, "gated activation gate");
-  check_rows(up, "gated activation up");
-  check_rows(out, "gated activation output");
+  check_strided_rows(gate, "gated activation gate");
+  check_strided_rows(up, "gated activation up");
+  check_strided_rows(out, "gated activation output");
   PAGODA_CHECK(gate.shape() == up.shape() && gate.shape() == out.shape(),
                "gated activation shapes {}, {} -> {}", gate.shape(), up.shape(), out.shape());
-  const float* g = gate.data<float>();
-  const float* u = up.data<float>();
+  const float* gates = gate.data<float>();
+  const float* ups = up.data<float>();
   float* dst = out.data<float>();
+  const int64_t cols = out.size(1);
   ThreadPool::global().parallel_for(out.numel(), [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
+      const int64_t row = i / cols;
+      const int64_t col = i % cols;
+      const float g = gates[row * gate.stride(0) + col];
+      const float u = ups[row * up.stride(0) + col];
       float activated;
       if (activation == Activation::kSilu) {
-        activated = g[i] / (1.0f + std::exp(-g[i]));
+        activated = g / (1.0f + std::exp(-g));
       } else {
         constexpr float kSqrt2OverPi = 0.7978845608028654f;
-        activated = 0.5f * g[i] *
-                    (1.0f + std::tanh(kSqrt2OverPi * (g[i] + 0.044715f * g[i] * g[i] * g[i])));
+        activated = 0.5f * g * (1.0f + std::tanh(kSqrt2OverPi * (g + 0.044715f * g * g * g)));
       }
-      dst[i] = activated * u[i];
+      dst[row * out.stride(0) + col] = activated * u;
     }
   });
 }
