@@ -257,8 +257,8 @@ struct PrefillResult {
 
 // Causal prefill of `batch` prompts of `prompt` tokens after `cached` earlier ones (a chunk of a
 // longer prompt), whose K/V are already in the pages (slot -1: the kernel over the cache, as a
-// layer that shares another's KV runs it). One block set: a
-// batch's K/V, 128 MiB or more, is far larger than the L2 cache.
+// layer that shares another's KV runs it). One block set: a batch's K/V, 128 MiB or more, is far
+// larger than the L2 cache.
 PrefillResult run_prefill(const Tensor& pool, int64_t head, int64_t batch, int64_t prompt,
                           int64_t cached, Peer peer, std::mt19937& rng) {
   const KvPageShape page{.block_size = kBlock,

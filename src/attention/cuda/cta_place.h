@@ -14,7 +14,7 @@ struct CtaPlace {
 };
 
 // The CTAs that run side by side share pages in L2. Over several sequences, one (sequence, KV
-// head)'s tiles come together: on an H100 that took 0.67-0.89x the time of launches with the
+// head)'s tiles come together: on an H100 that took 0.68-0.89x the time of launches with the
 // sequence fastest (the producer warpgroup's CTAs at 16 x 2k, 4 x 8k and 8 x 2k tokens after 14k
 // cached). A lone sequence's pages serve every CTA, so there the heads come fastest and the first
 // wave takes each head's longest row tiles: 0.95x the time of its heads one after the other at 8k
