@@ -236,20 +236,14 @@ Result run_case(const Tensor& pool, DType dtype, PageOrder order, int64_t page_p
   return result;
 }
 
-// The prefill CTA shapes timed side by side; the first is every head's fallback.
-constexpr std::array<cuda::PrefillCtas, 5> kPrefillShapes = {
-    cuda::PrefillCtas::k4Warps16Rows, cuda::PrefillCtas::k8Warps16Rows,
-    cuda::PrefillCtas::k4Warps32Rows, cuda::PrefillCtas::k2Warpgroups,
-    cuda::PrefillCtas::k3Warpgroups};
-
 struct PrefillResult {
   std::string refusal;  // why pagoda refused the shape; empty where it ran
   double us = 0;        // with the default CTAs
   double flops = 0;     // per second
-  // Each of kPrefillShapes (0 where the head has no such CTAs), and the largest relative L2
-  // distance of its rows from the first's.
-  std::array<double, kPrefillShapes.size()> shape_us{};
-  std::array<double, kPrefillShapes.size()> shape_distance{};
+  // Each of cuda::kPrefillCtasShapes (0 where the head has no such CTAs), and the largest relative
+  // L2 distance of its rows from the first's.
+  std::array<double, cuda::kPrefillCtasShapes.size()> shape_us{};
+  std::array<double, cuda::kPrefillCtasShapes.size()> shape_distance{};
   double peer_us = 0;  // 0 where no peer was timed
   double peer_flops = 0;
   double peer_distance = 0;
@@ -335,9 +329,10 @@ PrefillResult run_prefill(const Tensor& pool, int64_t head, int64_t batch, int64
   if (result.refusal.empty() && (head == 128 || head == 256)) {
     // Each CTA shape the head has, checked against the first shape's output.
     Tensor reference;
-    for (size_t i = 0; i < kPrefillShapes.size(); ++i) {
-      if (!cuda::prefill_ctas_available(kPrefillShapes[i], head, head, DType::kBF16)) continue;
-      plan.prefill_ctas = kPrefillShapes[i];
+    for (size_t i = 0; i < cuda::kPrefillCtasShapes.size(); ++i) {
+      if (!cuda::prefill_ctas_available(cuda::kPrefillCtasShapes[i], head, head, DType::kBF16))
+        continue;
+      plan.prefill_ctas = cuda::kPrefillCtasShapes[i];
       attend();
       if (i == 0) reference = output.to(Device::cpu());
       result.shape_distance[i] = relative_distance(output, reference, head);
@@ -393,7 +388,7 @@ void print_prefill_table(const Tensor& pool, std::mt19937& rng) {
                                                    prompt * (kQHeads / kKvHeads), prompt)));
       cells += r.refusal.empty() ? fmt::format(" {:.0f} | {:.0f} |", r.us, r.flops / 1e12)
                                  : fmt::format(" — ({}) | — |", refusals.size() + 1);
-      for (size_t i = 0; i < kPrefillShapes.size(); ++i) {
+      for (size_t i = 0; i < cuda::kPrefillCtasShapes.size(); ++i) {
         cells += r.shape_us[i] > 0 ? fmt::format(" {:.0f} |", r.shape_us[i]) : " — |";
         if (i > 0) {
           cells += r.shape_us[i] > 0 ? fmt::format(" {:.1e} |", r.shape_distance[i]) : " — |";
@@ -476,10 +471,10 @@ void run(int argc, char** argv) {
     const PrefillResult r = run_prefill(pool, std::stoll(argv[2]), std::stoll(argv[3]),
                                         std::stoll(argv[4]), cached, kPeer, rng);
     std::string shapes;
-    for (size_t i = 0; i < kPrefillShapes.size(); ++i) {
+    for (size_t i = 0; i < cuda::kPrefillCtasShapes.size(); ++i) {
       if (r.shape_us[i] > 0) {
-        shapes += fmt::format("; {} {:.0f} µs", cuda::prefill_ctas_name(kPrefillShapes[i]),
-                              r.shape_us[i]);
+        shapes += fmt::format("; {} {:.0f} µs",
+                              cuda::prefill_ctas_name(cuda::kPrefillCtasShapes[i]), r.shape_us[i]);
       }
     }
     fmt::print("prefill head {} {} x {} after {}: {:.0f} µs, {:.0f} TFLOP/s{}{}\n", argv[2],

@@ -723,15 +723,11 @@ std::vector<BackendCase> backend_cases() {
   for (const AttentionCase& c : cases()) {
     if (std::find(prefills.begin(), prefills.end(), c.label) == prefills.end()) continue;
     ++matched;
-    for (const auto& [ctas, name] : {std::pair{cuda::PrefillCtas::k4Warps16Rows, "4x16"},
-                                     std::pair{cuda::PrefillCtas::k8Warps16Rows, "8x16"},
-                                     std::pair{cuda::PrefillCtas::k4Warps32Rows, "4x32"},
-                                     std::pair{cuda::PrefillCtas::k2Warpgroups, "wgmma"},
-                                     std::pair{cuda::PrefillCtas::k3Warpgroups, "wgmma3"}}) {
+    for (const cuda::PrefillCtas ctas : cuda::kPrefillCtasShapes) {
       // Each by name, the default's too: which CTAs kDefault runs depends on the step's shape.
       if (!cuda::prefill_ctas_available(ctas, c.head_k, c.head_v, c.cache_dtype)) continue;
       AttentionCase variant = c;
-      variant.label += std::string(" prefill ctas ") + name;
+      variant.label += std::string(" prefill ctas ") + std::string(cuda::prefill_ctas_name(ctas));
       out.push_back({"cuda", variant, static_cast<int>(ctas)});
     }
   }

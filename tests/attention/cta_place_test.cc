@@ -20,6 +20,7 @@ TEST(CtaPlaceTest, EachPlaceOnce) {
         ASSERT_EQ(p.seq, z);
         ASSERT_TRUE(p.kv_head >= 0 && p.kv_head < heads) << p.kv_head;
         ASSERT_TRUE(p.tile >= 0 && p.tile < tiles) << p.tile;
+        ASSERT_EQ(p.tiles, tiles);
         seen.insert({p.seq, p.kv_head, p.tile});
       }
     }

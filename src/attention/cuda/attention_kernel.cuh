@@ -214,7 +214,7 @@ __global__ void __launch_bounds__(
   const int kv_head = place.kv_head;
   const int tile = place.tile;
   const int slice = tile % a.dv_slices;
-  const int row_tiles = gridDim.x / (a.num_kv_heads * a.num_splits * a.dv_slices);
+  const int row_tiles = place.tiles / (a.num_splits * a.dv_slices);
   const int x_tile = tile / a.dv_slices / a.num_splits;
   const int row_tile = kRowTiles > 1 ? row_tiles - 1 - x_tile : x_tile;  // prefill: last first
   const int split = tile / a.dv_slices % a.num_splits;

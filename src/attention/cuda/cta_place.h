@@ -10,7 +10,8 @@ namespace pagoda::cuda {
 struct CtaPlace {
   int seq;      // of the launch's sequences
   int kv_head;  // of num_kv_heads
-  int tile;     // of grid_x / num_kv_heads
+  int tile;     // of tiles
+  int tiles;    // a head's: grid_x / num_kv_heads
 };
 
 // The CTAs that run side by side share pages in L2. Over several sequences, one (sequence, KV
@@ -21,9 +22,9 @@ struct CtaPlace {
 // tokens, while the same order over 16 sequences took 1.06x.
 PAGODA_HOST_DEVICE inline CtaPlace cta_place(int x, int z, int grid_x, int grid_z,
                                              int num_kv_heads) {
-  if (grid_z == 1) return {z, x % num_kv_heads, x / num_kv_heads};
   const int tiles = grid_x / num_kv_heads;
-  return {z, x / tiles, x % tiles};
+  if (grid_z == 1) return {z, x % num_kv_heads, x / num_kv_heads, tiles};
+  return {z, x / tiles, x % tiles, tiles};
 }
 
 }  // namespace pagoda::cuda

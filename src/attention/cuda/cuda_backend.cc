@@ -71,13 +71,13 @@ cuda::PrefillCtas prefill_ctas_from_environment() {
   static const cuda::PrefillCtas ctas = [] {
     const char* value = std::getenv("PAGODA_PREFILL_CTAS");
     const std::string_view name = value == nullptr ? "auto" : value;
-    std::string names;
-    for (const cuda::PrefillCtas c :
-         {cuda::PrefillCtas::kDefault, cuda::PrefillCtas::k4Warps16Rows,
-          cuda::PrefillCtas::k8Warps16Rows, cuda::PrefillCtas::k4Warps32Rows,
-          cuda::PrefillCtas::k2Warpgroups, cuda::PrefillCtas::k3Warpgroups}) {
+    if (name == cuda::prefill_ctas_name(cuda::PrefillCtas::kDefault)) {
+      return cuda::PrefillCtas::kDefault;
+    }
+    std::string names(cuda::prefill_ctas_name(cuda::PrefillCtas::kDefault));
+    for (const cuda::PrefillCtas c : cuda::kPrefillCtasShapes) {
       if (cuda::prefill_ctas_name(c) == name) return c;
-      names += fmt::format("{}{}", names.empty() ? "" : ", ", cuda::prefill_ctas_name(c));
+      names += fmt::format(", {}", cuda::prefill_ctas_name(c));
     }
     fail("PAGODA_PREFILL_CTAS is one of {}, not '{}'", names, name);
   }();

@@ -4,6 +4,7 @@
 // update(). The CUDA backend's plans (cuda_backend.h) own one each and size it.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 
@@ -24,6 +25,10 @@ enum class PrefillCtas {
   k2Warpgroups,   // 128 rows on wgmma (prefill_wgmma.cuh)
   k3Warpgroups,   // the same, chunks of 128 keys, a third warpgroup copying for the two
 };
+// Every shape but kDefault, k4Warps16Rows (every head's fallback) first.
+inline constexpr std::array<PrefillCtas, 5> kPrefillCtasShapes = {
+    PrefillCtas::k4Warps16Rows, PrefillCtas::k8Warps16Rows, PrefillCtas::k4Warps32Rows,
+    PrefillCtas::k2Warpgroups, PrefillCtas::k3Warpgroups};
 
 class DeviceMetadata {
  public:

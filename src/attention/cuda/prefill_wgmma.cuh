@@ -149,7 +149,7 @@ struct WarpgroupTile {
     seq = a.seq_offset + place.seq;
     kv_head = place.kv_head;
     // The longest causal ranges first.
-    const int row_tile = gridDim.x / a.num_kv_heads - 1 - place.tile;
+    const int row_tile = place.tiles - 1 - place.tile;
     q_begin = a.query_start[seq];
     const int q_len = a.query_start[seq + 1] - q_begin;
     const int seq_len = a.seq_lens[seq];
