@@ -151,6 +151,22 @@ void norm_rope(const RmsNormParams& norm, const std::vector<float>& inverse_freq
       PAGODA_GPU(cuda::norm_rope(norm, device_frequencies, rotary_dim, device_positions, x)));
 }
 
+void norm_rope(std::span<const NormRopePart> parts, const std::vector<float>& inverse_frequencies,
+               const Tensor& device_frequencies, int64_t rotary_dim,
+               const std::vector<int64_t>& positions, const Tensor& device_positions) {
+  PAGODA_CHECK(!parts.empty() && parts.size() <= kMaxRopeParts, "norm_rope of {} tensors; 1 to {}",
+               parts.size(), kMaxRopeParts);
+  dispatch(
+      parts.front().x,
+      [&] {
+        for (const NormRopePart& part : parts) {
+          norm_rope(part.norm, inverse_frequencies, device_frequencies,
+                    part.rotate ? rotary_dim : 0, positions, device_positions, part.x);
+        }
+      },
+      PAGODA_GPU(cuda::norm_rope(parts, device_frequencies, rotary_dim, device_positions)));
+}
+
 void sample(const Tensor& logits, std::span<const SamplingRow> rows, const Tensor& ids,
             const Tensor& logprobs, const Tensor& kept, const Tensor& draft_logits) {
   PAGODA_CHECK(!logits.device().is_cpu(), "host logits are sampled by the engine's Sampler");

@@ -58,6 +58,11 @@ void norm_rope(const RmsNormParams& norm, const std::vector<float>& inverse_freq
                const Tensor& device_frequencies, int64_t rotary_dim,
                const std::vector<int64_t>& positions, const Tensor& device_positions,
                const Tensor& x);
+// norm_rope of up to kMaxRopeParts tensors of the same tokens (a layer's q, k and v), in one
+// launch on a GPU.
+void norm_rope(std::span<const NormRopePart> parts, const std::vector<float>& inverse_frequencies,
+               const Tensor& device_frequencies, int64_t rotary_dim,
+               const std::vector<int64_t>& positions, const Tensor& device_positions);
 
 // The Gemma 4 assistant's centroid-masked head: per row of hidden [rows, H], the top_k centroids
 // by scores [rows, C] (f32; ties by the lower index) each own vocab / C tokens, listed in

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <numeric>
@@ -381,6 +382,68 @@ TEST(CudaOpsTest, RopeAndNormRopeMatchCpu) {
       }
     }
   }
+}
+
+// A layer's q, k and v in one launch (Gemma 4's shape: q and k normalised with their weights and
+// rotated, v normalised without a weight or rotation; v narrower here) write exactly what three
+// launches do, each tensor a strided view of one fused buffer.
+TEST(CudaOpsTest, NormRopeOfSeveralTensorsMatchesOneAtATime) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  std::mt19937 rng(17);
+  RopeParams rope;
+  rope.head_size = 256;
+  rope.rotary_dim = 64;
+  rope.theta = 1000000.0;
+  const std::vector<float> frequencies = rope_inverse_frequencies(rope);
+  Tensor frequencies_host = Tensor::empty({32}, DType::kF32);
+  std::copy(frequencies.begin(), frequencies.end(), frequencies_host.data<float>());
+  const Tensor device_frequencies = frequencies_host.to(Device::cuda());
+  const auto device_norm = [&](bool weighted, float offset) {
+    const Tensor w = cast(random_tensor({256}, rng), DType::kBF16);
+    return RmsNormParams{weighted ? w.to(Device::cuda()) : Tensor(), 1e-6f, offset};
+  };
+  const RmsNormParams q_norm = device_norm(true, 0.0f);
+  const RmsNormParams k_norm = device_norm(true, 1.0f);
+  const RmsNormParams v_norm = device_norm(false, 0.0f);
+  for (DType dtype : kActivationDtypes) {
+    for (int64_t tokens : kRows) {
+      std::vector<int64_t> positions(tokens);
+      for (int64_t& p : positions)
+        p = static_cast<int64_t>(rng() % 100001);
+      Tensor positions_host = Tensor::empty({tokens}, DType::kI64);
+      std::copy(positions.begin(), positions.end(), positions_host.data<int64_t>());
+      const Tensor device_positions = positions_host.to(Device::cuda());
+      // [T, 8 q heads + 2 k heads of 256 | 2 v heads of 128 | 16 spare].
+      const int64_t row = 10 * 256 + 2 * 128 + 16;
+      const Tensor fused = to_cuda(random_tensor({tokens, row}, rng, 3.0f), dtype);
+      const Tensor once = fused.clone();
+      const auto views = [&](const Tensor& t) {
+        return std::array<Tensor, 3>{t.as_strided({tokens, 8, 256}, {row, 256, 1}, 0),
+                                     t.as_strided({tokens, 2, 256}, {row, 256, 1}, 8 * 256),
+                                     t.as_strided({tokens, 2, 128}, {row, 128, 1}, 10 * 256)};
+      };
+      const std::array<Tensor, 3> apart = views(fused);
+      const std::array<Tensor, 3> together = views(once);
+      cuda::norm_rope(q_norm, device_frequencies, 64, device_positions, apart[0]);
+      cuda::norm_rope(k_norm, device_frequencies, 64, device_positions, apart[1]);
+      cuda::norm_rope(v_norm, device_frequencies, 0, device_positions, apart[2]);
+      const NormRopePart parts[] = {
+          {together[0], q_norm, true}, {together[1], k_norm, true}, {together[2], v_norm, false}};
+      cuda::norm_rope(parts, device_frequencies, 64, device_positions);
+      const Tensor expected = to_host_f32(fused);
+      const Tensor got = to_host_f32(once);
+      EXPECT_EQ(
+          std::memcmp(expected.data<float>(), got.data<float>(), expected.numel() * sizeof(float)),
+          0)
+          << dtype_name(dtype) << " tokens " << tokens;
+    }
+  }
+  // Parts of different tokens or dtypes are refused.
+  const Tensor a = Tensor::empty({2, 1, 256}, DType::kBF16, Device::cuda());
+  const Tensor b = Tensor::empty({3, 1, 256}, DType::kBF16, Device::cuda());
+  const Tensor positions = Tensor::empty({3}, DType::kI64, Device::cuda());
+  const NormRopePart mixed[] = {{a, q_norm, true}, {b, k_norm, true}};
+  EXPECT_THROW(cuda::norm_rope(mixed, device_frequencies, 64, positions), InternalError);
 }
 
 // bf16 inputs against an f32 product of the same rounded values. A bf16 output carries its own

@@ -233,15 +233,23 @@ Tensor SelfAttention::forward_fused(const Tensor& x, const ForwardBatch& batch,
       qkv.as_strided({tokens, p.num_kv_heads, p.head_size_k}, {row, p.head_size_k, 1}, q_size);
   Tensor v = qkv.as_strided({tokens, p.num_kv_heads, p.head_size_v}, {row, p.head_size_v, 1},
                             q_size + k_size);
-  prepare_values(v, batch);
-  if (q_norm_ || k_norm_) {
-    rotate(q, q_norm_, batch);
-    rotate(k, k_norm_, batch);
+  if (q_norm_ && k_norm_ && options_.value_scale == 1.0f) {
+    // q's and k's norms and rotations, and v's norm where it has one, in one pass.
+    const NormRopePart parts[] = {
+        {q, *q_norm_, true}, {k, *k_norm_, true}, {v, v_norm_.value_or(RmsNormParams{}), false}};
+    ops::norm_rope(std::span(parts, v_norm_ ? 3 : 2), inverse_frequencies_, device_frequencies_,
+                   rotary_dim_, batch.positions, batch.device_positions);
   } else {
-    // q's heads and then k's lie side by side in each row: one rotation covers both.
-    const Tensor qk = qkv.as_strided({tokens, p.num_q_heads + p.num_kv_heads, p.head_size_k},
-                                     {row, p.head_size_k, 1}, 0);
-    rotate(qk, std::nullopt, batch);
+    prepare_values(v, batch);
+    if (q_norm_ || k_norm_) {
+      rotate(q, q_norm_, batch);
+      rotate(k, k_norm_, batch);
+    } else {
+      // q's heads and then k's lie side by side in each row: one rotation covers both.
+      const Tensor qk = qkv.as_strided({tokens, p.num_q_heads + p.num_kv_heads, p.head_size_k},
+                                       {row, p.head_size_k, 1}, 0);
+      rotate(qk, std::nullopt, batch);
+    }
   }
   return attend(x, q, k, v, batch, layer_index);
 }

@@ -54,6 +54,9 @@ void rope(const Tensor& inverse_frequencies, int64_t rotary_dim, const Tensor& p
 // pass. x's tokens and heads may be strided; rotary_dim 0 normalises only.
 void norm_rope(const RmsNormParams& norm, const Tensor& inverse_frequencies, int64_t rotary_dim,
                const Tensor& positions, const Tensor& x);
+// The same over up to kMaxRopeParts tensors of the same tokens and dtype, in one launch.
+void norm_rope(std::span<const NormRopePart> parts, const Tensor& inverse_frequencies,
+               int64_t rotary_dim, const Tensor& positions);
 
 // out[M, N] = x[M, K] · weight[N, K]ᵀ with f32 accumulation. x and weight are bf16 with unit
 // inner stride; out is bf16 or f32, contiguous. Few rows may take the matrix-vector kernel below

@@ -228,15 +228,28 @@ struct RopeArgs {
   int heads_per_block;
 };
 
+// The tensors of one launch (q, k and v of a layer): part p takes blocks.y from first_block[p].
+template <typename T, typename W>
+struct RopeParts {
+  RopeArgs<T, W> part[kMaxRopeParts];
+  int first_block[kMaxRopeParts];
+  int count;
+};
+
 // Block (token, group of heads), `lanes` threads a head. With kNorm each head is first
 // normalised as rms_norm would store it (pass 1 sums its squares); then the pairs (i, i + half)
 // rotate and, with kNorm, the dims past the rotary ones are scaled. The block's cos/sin table
 // [2, half] goes to shared memory. sincosf, not __sincosf: angles reach 1e5 radians at long
 // positions.
 template <typename T, typename W, bool kVector, bool kNorm>
-__global__ void rope_kernel(RopeArgs<T, W> args) {
+__global__ void rope_kernel(const RopeParts<T, W> parts) {
   constexpr int kWidth = kVector ? kPack : 1;
   extern __shared__ float table[];  // [2, half]: cos, then sin
+  int p = 0;
+  while (p + 1 < parts.count && static_cast<int>(blockIdx.y) >= parts.first_block[p + 1])
+    ++p;
+  const RopeArgs<T, W>& args = parts.part[p];
+  const int block = static_cast<int>(blockIdx.y) - parts.first_block[p];
   start_after_prior_kernels();
   const int64_t token = blockIdx.x;
   const float position = static_cast<float>(args.positions[token]);
@@ -245,7 +258,7 @@ __global__ void rope_kernel(RopeArgs<T, W> args) {
   }
   const int lane = threadIdx.x % args.lanes;
   const int local = threadIdx.x / args.lanes;
-  const int head = blockIdx.y * args.heads_per_block + local;
+  const int head = block * args.heads_per_block + local;
   // Threads past the block's heads skip the loops but still take part in the shuffles.
   const bool active = local < args.heads_per_block && head < args.heads;
   const int packs = active ? args.dim / kWidth : 0;
@@ -355,74 +368,111 @@ void launch_rms_norm(const Tensor& x, const Tensor& residual, const Tensor& weig
   });
 }
 
-// Shared by rope and norm_rope: norm is null for a rotation alone.
-void launch_rope(const RmsNormParams* norm, const Tensor& inverse_frequencies, int64_t rotary_dim,
-                 const Tensor& positions, const Tensor& x) {
-  PAGODA_CHECK(x.dim() == 3 && (x.stride(2) == 1 || x.size(2) <= 1),
-               "rope input must be [tokens, heads, head_size] with unit inner stride; got shape {} "
-               "strides {}",
-               x.shape(), x.strides());
-  const int64_t tokens = x.size(0);
-  const int64_t heads = x.size(1);
-  const int64_t dim = x.size(2);
+// Shared by rope and norm_rope: with `normalise` false the parts are rotated only (their norms
+// unused).
+void launch_rope(std::span<const NormRopePart> parts, bool normalise,
+                 const Tensor& inverse_frequencies, int64_t rotary_dim, const Tensor& positions) {
+  PAGODA_CHECK(!parts.empty() && parts.size() <= kMaxRopeParts, "rope of {} tensors; 1 to {}",
+               parts.size(), kMaxRopeParts);
   const int64_t half = rotary_dim / 2;
-  PAGODA_CHECK((rotary_dim > 0 || norm != nullptr) && rotary_dim >= 0 && rotary_dim % 2 == 0 &&
-                   rotary_dim <= dim,
-               "rotary dim {} for head size {}", rotary_dim, dim);
+  PAGODA_CHECK(rotary_dim >= 0 && rotary_dim % 2 == 0, "rotary dim {}", rotary_dim);
   PAGODA_CHECK(rotary_dim == 0 ||
                    (inverse_frequencies.dtype() == DType::kF32 &&
                     inverse_frequencies.is_contiguous() && inverse_frequencies.numel() == half),
                "rope needs {} contiguous f32 inverse frequencies; got {} of shape {}", half,
                dtype_name(inverse_frequencies.dtype()), inverse_frequencies.shape());
+  const Tensor& first = parts.front().x;
+  const int64_t tokens = first.dim() == 3 ? first.size(0) : 0;
   PAGODA_CHECK(positions.dtype() == DType::kI64 && positions.dim() == 1 &&
                    positions.is_contiguous() && positions.size(0) >= tokens,
                "rope needs >= {} contiguous int64 positions; got {} of shape {}", tokens,
                dtype_name(positions.dtype()), positions.shape());
-  PAGODA_CHECK(heads <= (int64_t{1} << 20) && tokens <= 0x7fffffff && dim <= (int64_t{1} << 30),
-               "rope shape {}", x.shape());
-  const Tensor no_weight;
-  const Tensor& weight = norm != nullptr ? norm->weight : no_weight;
-  PAGODA_CHECK(!weight.defined() || (weight.numel() == dim && weight.is_contiguous()),
-               "norm_rope weight shape {} for head size {}", weight.shape(), dim);
-  const cudaStream_t s = device_stream(x, positions, weight);
-  if (rotary_dim > 0) device_stream(x, inverse_frequencies);
-  if (tokens == 0 || heads == 0) return;
-  const bool vector =
-      half % kPack == 0 && vectorizable(x) &&
-      (norm == nullptr || (dim % kPack == 0 && (!weight.defined() || vectorizable(weight))));
-  // Threads per head: enough for one pack each of the rotated half (the whole head when it is
-  // normalised too), 8 to 32; about 128 threads a block, a head never split across blocks.
-  const int64_t packs = (norm != nullptr ? dim : half) / (vector ? kPack : 1);
-  int lanes = 8;
-  while (lanes < 32 && lanes < packs)
-    lanes *= 2;
-  const int64_t heads_per_block = std::clamp<int64_t>(128 / lanes, 1, heads);
-  const int threads = round_up_32(heads_per_block * lanes);
-  const dim3 grid(static_cast<unsigned>(tokens),
-                  static_cast<unsigned>((heads + heads_per_block - 1) / heads_per_block));
-  const size_t shared_bytes = 2 * half * sizeof(float);
-  dispatch_activation(x.dtype(), "rope", [&](auto act) {
+  const cudaStream_t s = device_stream(first, positions);
+  if (rotary_dim > 0) device_stream(first, inverse_frequencies);
+  bool vector = true;
+  const Tensor* weight_of_dtype = nullptr;  // the parts' weights share one dtype
+  for (const NormRopePart& part : parts) {
+    const Tensor& x = part.x;
+    PAGODA_CHECK(x.dim() == 3 && (x.stride(2) == 1 || x.size(2) <= 1),
+                 "rope input must be [tokens, heads, head_size] with unit inner stride; got shape "
+                 "{} strides {}",
+                 x.shape(), x.strides());
+    PAGODA_CHECK(x.size(0) == tokens && x.dtype() == first.dtype(),
+                 "rope of tensors with different tokens or dtypes: {} {} and {} {}", first.shape(),
+                 dtype_name(first.dtype()), x.shape(), dtype_name(x.dtype()));
+    const int64_t dim = x.size(2);
+    const int64_t rotated = part.rotate ? rotary_dim : 0;
+    PAGODA_CHECK((rotated > 0 || normalise) && rotated <= dim, "rotary dim {} for head size {}",
+                 rotated, dim);
+    PAGODA_CHECK(
+        x.size(1) <= (int64_t{1} << 20) && tokens <= 0x7fffffff && dim <= (int64_t{1} << 30),
+        "rope shape {}", x.shape());
+    const Tensor& weight = part.norm.weight;
+    if (normalise && weight.defined()) {
+      PAGODA_CHECK(weight.numel() == dim && weight.is_contiguous(),
+                   "norm_rope weight shape {} for head size {}", weight.shape(), dim);
+      PAGODA_CHECK(weight_of_dtype == nullptr || weight.dtype() == weight_of_dtype->dtype(),
+                   "norm_rope weights of different dtypes");
+      device_stream(x, weight);
+      weight_of_dtype = &weight;
+      vector = vector && vectorizable(weight);
+    }
+    device_stream(first, x);
+    vector =
+        vector && rotated / 2 % kPack == 0 && vectorizable(x) && (!normalise || dim % kPack == 0);
+  }
+  if (tokens == 0) return;
+  const DType weight_dtype = weight_of_dtype != nullptr ? weight_of_dtype->dtype() : first.dtype();
+  dispatch_activation(first.dtype(), "rope", [&](auto act) {
     using T = typename decltype(act)::type;
-    dispatch_float(weight.defined() ? weight.dtype() : x.dtype(), "norm_rope weight", [&](auto w) {
+    dispatch_float(weight_dtype, "norm_rope weight", [&](auto w) {
       using W = typename decltype(w)::type;
-      const RopeArgs<T, W> args{data_of<T>(x),
-                                x.stride(0),
-                                x.stride(1),
-                                rotary_dim > 0 ? inverse_frequencies.data<float>() : nullptr,
-                                positions.data<int64_t>(),
-                                weight.defined() ? data_of<const W>(weight) : nullptr,
-                                norm != nullptr ? norm->eps : 0.0f,
-                                norm != nullptr ? norm->weight_offset : 0.0f,
-                                static_cast<int>(heads),
-                                static_cast<int>(dim),
-                                static_cast<int>(half),
-                                lanes,
-                                static_cast<int>(heads_per_block)};
+      RopeParts<T, W> launch_parts{};
+      int threads = 32;
+      int blocks = 0;
+      size_t shared_bytes = 0;
+      for (const NormRopePart& part : parts) {
+        const Tensor& x = part.x;
+        const int64_t heads = x.size(1);
+        const int64_t dim = x.size(2);
+        const int64_t part_half = part.rotate ? half : 0;
+        // Threads per head: enough for one pack each of the rotated half (the whole head when it
+        // is normalised too), 8 to 32; about 128 threads a block, a head never split across
+        // blocks.
+        const int64_t packs = (normalise ? dim : part_half) / (vector ? kPack : 1);
+        int lanes = 8;
+        while (lanes < 32 && lanes < packs)
+          lanes *= 2;
+        const int64_t heads_per_block =
+            std::clamp<int64_t>(128 / lanes, 1, std::max<int64_t>(heads, 1));
+        const Tensor& weight = part.norm.weight;
+        const int index = launch_parts.count++;
+        launch_parts.first_block[index] = blocks;
+        launch_parts.part[index] = {
+            data_of<T>(x),
+            x.stride(0),
+            x.stride(1),
+            part_half > 0 ? inverse_frequencies.data<float>() : nullptr,
+            positions.data<int64_t>(),
+            normalise && weight.defined() ? data_of<const W>(weight) : nullptr,
+            part.norm.eps,
+            part.norm.weight_offset,
+            static_cast<int>(heads),
+            static_cast<int>(dim),
+            static_cast<int>(part_half),
+            lanes,
+            static_cast<int>(heads_per_block)};
+        blocks += static_cast<int>((heads + heads_per_block - 1) / heads_per_block);
+        threads = std::max(threads, round_up_32(heads_per_block * lanes));
+        shared_bytes = std::max<size_t>(shared_bytes, 2 * part_half * sizeof(float));
+      }
+      if (blocks == 0) return;
+      const dim3 grid(static_cast<unsigned>(tokens), static_cast<unsigned>(blocks));
       dispatch_vector(vector, [&](auto vec) {
         constexpr bool kVector = decltype(vec)::value;
         const auto kernel =
-            norm != nullptr ? rope_kernel<T, W, kVector, true> : rope_kernel<T, W, kVector, false>;
-        launch(kernel, grid, threads, shared_bytes, s, args);
+            normalise ? rope_kernel<T, W, kVector, true> : rope_kernel<T, W, kVector, false>;
+        launch(kernel, grid, threads, shared_bytes, s, launch_parts);
       });
     });
   });
@@ -538,12 +588,19 @@ void add_normed(const Tensor& residual, const Tensor& x, const RmsNormParams& x_
 
 void rope(const Tensor& inverse_frequencies, int64_t rotary_dim, const Tensor& positions,
           const Tensor& x) {
-  launch_rope(nullptr, inverse_frequencies, rotary_dim, positions, x);
+  const NormRopePart part{x, {}, true};
+  launch_rope({&part, 1}, false, inverse_frequencies, rotary_dim, positions);
 }
 
 void norm_rope(const RmsNormParams& norm, const Tensor& inverse_frequencies, int64_t rotary_dim,
                const Tensor& positions, const Tensor& x) {
-  launch_rope(&norm, inverse_frequencies, rotary_dim, positions, x);
+  const NormRopePart part{x, norm, true};
+  launch_rope({&part, 1}, true, inverse_frequencies, rotary_dim, positions);
+}
+
+void norm_rope(std::span<const NormRopePart> parts, const Tensor& inverse_frequencies,
+               int64_t rotary_dim, const Tensor& positions) {
+  launch_rope(parts, true, inverse_frequencies, rotary_dim, positions);
 }
 
 }  // namespace pagoda::cuda
