@@ -66,6 +66,22 @@ Tensor linear(const Tensor& x, const Weight& weight, DType out_dtype) {
   return out;
 }
 
+Tensor gated_linear(const Tensor& x, const Weight& weight, Activation activation,
+                    const Tensor& up) {
+#if PAGODA_HAVE_CUDA
+  if (!x.device().is_cpu() && x.size(0) == 1 && !weight.quantized() && x.dtype() == DType::kBF16) {
+    Tensor out = Tensor::uninitialized({1, weight.rows()}, x.dtype(), x.device());
+    if (cuda::gemv_applies(x, weight.values, out)) {
+      cuda::gated_gemv(x, weight.values, activation, up, out);
+      return out;
+    }
+  }
+#endif
+  Tensor out = linear(x, weight);
+  gated_activation(activation, out, up, out);
+  return out;
+}
+
 void rms_norm(const Tensor& x, const Tensor& weight, float eps, float weight_offset,
               const Tensor& out) {
   dispatch(

@@ -30,6 +30,10 @@ void embedding(const Tensor& table, const std::vector<int32_t>& ids, const Tenso
 // dequantized by its scales; activations stay in their dtype.
 Tensor linear(const Tensor& x, const Weight& weight);
 Tensor linear(const Tensor& x, const Weight& weight, DType out_dtype);
+// act(x · weightᵀ) · up, up [T, weight rows] in x's dtype: one launch on a GPU for one row of a
+// bf16 weight (Gemma 4's per-layer-input gate at batch 1), a linear and a gated_activation
+// otherwise.
+Tensor gated_linear(const Tensor& x, const Weight& weight, Activation activation, const Tensor& up);
 
 void rms_norm(const Tensor& x, const Tensor& weight, float eps, float weight_offset,
               const Tensor& out);

@@ -446,6 +446,39 @@ TEST(CudaOpsTest, NormRopeOfSeveralTensorsMatchesOneAtATime) {
   EXPECT_THROW(cuda::norm_rope(mixed, device_frequencies, 64, positions), InternalError);
 }
 
+// The matrix-vector product with the gated activation in its epilogue writes exactly what the
+// product and then the activation kernel write, with `up` strided rows of a wider tensor (Gemma
+// 4's per-layer inputs); and refuses an output of another shape.
+TEST(CudaOpsTest, GatedGemvMatchesGemvThenActivation) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  std::mt19937 rng(19);
+  for (const auto& [n, k] : {std::pair<int64_t, int64_t>{256, 2560}, {1000, 200}}) {
+    const Tensor w = to_cuda(random_tensor({n, k}, rng), DType::kBF16);
+    for (int64_t m : {1, 3}) {
+      const Tensor x = to_cuda(random_tensor({m, k}, rng), DType::kBF16);
+      const Tensor wide = to_cuda(random_tensor({m, 3 * n}, rng), DType::kBF16);
+      const Tensor up = wide.narrow(1, n, n);
+      for (Activation activation : {Activation::kSilu, Activation::kGeluTanh}) {
+        const Tensor apart = poisoned({m, n}, DType::kBF16);
+        cuda::gemv(x, w, apart);
+        cuda::gated_activation(activation, apart, up, apart);
+        const Tensor together = poisoned({m, n}, DType::kBF16);
+        cuda::gated_gemv(x, w, activation, up, together);
+        const Tensor expected = to_host_f32(apart);
+        const Tensor got = to_host_f32(together);
+        EXPECT_EQ(std::memcmp(expected.data<float>(), got.data<float>(),
+                              expected.numel() * sizeof(float)),
+                  0)
+            << "n " << n << " k " << k << " m " << m << " activation "
+            << static_cast<int>(activation);
+      }
+      EXPECT_THROW(cuda::gated_gemv(x, w, Activation::kSilu, up.narrow(1, 0, n - 1),
+                                    poisoned({m, n - 1}, DType::kBF16)),
+                   InternalError);
+    }
+  }
+}
+
 // bf16 inputs against an f32 product of the same rounded values. A bf16 output carries its own
 // rounding (about 1e-3 relative); an f32 output differs only in summation order. Each shape runs
 // twice, the second time through the cached plan, poisoned again in between.

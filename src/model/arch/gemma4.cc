@@ -278,9 +278,8 @@ Tensor Gemma4Model::run_layers(const Tensor& input, const Tensor& ple,
       continue;
     }
     ops::add_normed(x, mlp, layer.post_feedforward_norm, 1.0f, {}, Tensor());
-    Tensor gate = project(x, layer.ple_gate);
     const Tensor slice = ple.narrow(1, static_cast<int64_t>(i) * ple_size_, ple_size_);
-    ops::gated_activation(Activation::kGeluTanh, gate, slice, gate);
+    const Tensor gate = ops::gated_linear(x, layer.ple_gate, Activation::kGeluTanh, slice);
     const Tensor projected = project(gate, layer.ple_projection);
     ops::add_normed(x, projected, layer.ple_norm, layer.layer_scalar, next_norm, normed);
   }

@@ -55,16 +55,6 @@ __global__ void flat_kernel(const A* a, const D* b, D* dst, int64_t n, Op op) {
   });
 }
 
-template <Activation kActivation>
-__device__ __forceinline__ float activate(float g) {
-  if constexpr (kActivation == Activation::kSilu) {
-    return g / (1.0f + expf(-g));
-  } else {
-    constexpr float kSqrt2OverPi = 0.7978845608028654f;
-    return 0.5f * g * (1.0f + tanhf(kSqrt2OverPi * (g + 0.044715f * g * g * g)));
-  }
-}
-
 template <typename T>
 struct GatedArgs {
   const T* gate;  // [rows, cols], row stride gate_stride

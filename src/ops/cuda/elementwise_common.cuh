@@ -118,6 +118,17 @@ T* data_of(const Tensor& t) {
   return reinterpret_cast<T*>(t.raw_data());
 }
 
+// The gate's activation of a gated MLP (ops/activation.h).
+template <Activation kActivation>
+__device__ __forceinline__ float activate(float g) {
+  if constexpr (kActivation == Activation::kSilu) {
+    return g / (1.0f + expf(-g));
+  } else {
+    constexpr float kSqrt2OverPi = 0.7978845608028654f;
+    return 0.5f * g * (1.0f + tanhf(kSqrt2OverPi * (g + 0.044715f * g * g * g)));
+  }
+}
+
 inline int round_up_32(int64_t n) {
   return static_cast<int>((n + 31) / 32 * 32);
 }

@@ -11,6 +11,7 @@
 #include "core/cuda/context.h"
 #include "core/cuda/launch.h"
 #include "core/cuda/tensor_core.cuh"
+#include "ops/cuda/elementwise_common.cuh"
 #include "ops/cuda/gemv_common.cuh"
 #include "ops/cuda/ops.h"
 
@@ -48,13 +49,29 @@ __device__ __forceinline__ void load_step(const uint4* const (&rows)[kRowsPerWar
   }
 }
 
+// What the kernel writes of output (m, row) from its sum: the sum.
+struct Sum {
+  __device__ __forceinline__ float operator()(float sum, int, int) const { return sum; }
+};
+
+// act(sum) · up[m, row], the sum first rounded to bf16 as a separate activation would read it.
+template <Activation kActivation>
+struct GatedBy {
+  const bf16* up;
+  int64_t up_stride;
+  __device__ __forceinline__ float operator()(float sum, int m, int row) const {
+    const float gate = __bfloat162float(__float2bfloat16(sum));
+    return elementwise::activate<kActivation>(gate) * __bfloat162float(up[m * up_stride + row]);
+  }
+};
+
 // Splitting K puts four times the warps, and loads, in flight on each multiprocessor for a short
 // matrix. The weight does not depend on earlier kernels, so each warp loads its first step before
 // waiting for them.
-template <int kM, typename Out>
+template <int kM, typename Out, typename Epilogue = Sum>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     gemv_kernel(const bf16* x, int64_t x_stride, const bf16* weight, int64_t w_stride, Out* out,
-                int n, int k) {
+                int n, int k, Epilogue epilogue) {
   static_assert(kWarpsPerBlock % kSplits == 0);
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
@@ -118,6 +135,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
       for (int p = 1; p < kSplits; ++p)
         v += partial[warp + p][r][m];
       if (first_row + r < n) {
+        v = epilogue(v, m, first_row + r);
         if constexpr (sizeof(Out) == 4) {
           out[m * n + first_row + r] = v;
         } else {
@@ -223,7 +241,7 @@ void launch_gemv(const Tensor& x, const Tensor& weight, const Tensor& out) {
   const auto* wp = reinterpret_cast<const bf16*>(weight.raw_data());
   with_output(out, [&]<typename Out>(Out* o) {
     launch(gemv_kernel<kM, Out>, blocks, kWarpsPerBlock * 32, 0, stream(), xp, x.stride(0), wp,
-           weight.stride(0), o, n, k);
+           weight.stride(0), o, n, k, Sum{});
   });
 }
 
@@ -248,6 +266,34 @@ void gemv(const Tensor& x, const Tensor& weight, const Tensor& out) {
   PAGODA_CHECK(gemv_applies(x, weight, out), "gemv of x {} and weight {}", x.shape(),
                weight.shape());
   with_rows<kMaxGemvRows>(x.size(0), [&]<int kM>() { launch_gemv<kM>(x, weight, out); });
+}
+
+void gated_gemv(const Tensor& x, const Tensor& weight, Activation activation, const Tensor& up,
+                const Tensor& out) {
+  PAGODA_CHECK(gemv_applies(x, weight, out) && out.dim() == 2 && out.size(0) == x.size(0) &&
+                   out.size(1) == weight.size(0) && out.dtype() == DType::kBF16 &&
+                   up.dtype() == DType::kBF16 && up.dim() == 2 && up.shape() == out.shape() &&
+                   up.stride(1) == 1,
+               "gated gemv of x {} and weight {} by up {} {} into {} {}", x.shape(), weight.shape(),
+               up.shape(), dtype_name(up.dtype()), out.shape(), dtype_name(out.dtype()));
+  const int n = static_cast<int>(weight.size(0));
+  const int k = static_cast<int>(weight.size(1));
+  const int blocks = (n + kRowsPerBlock - 1) / kRowsPerBlock;
+  const auto* xp = reinterpret_cast<const bf16*>(x.raw_data());
+  const auto* wp = reinterpret_cast<const bf16*>(weight.raw_data());
+  auto* o = reinterpret_cast<bf16*>(out.raw_data());
+  const auto* u = reinterpret_cast<const bf16*>(up.raw_data());
+  with_rows<kMaxGemvRows>(x.size(0), [&]<int kM>() {
+    const auto run = [&](auto epilogue) {
+      launch(gemv_kernel<kM, bf16, decltype(epilogue)>, blocks, kWarpsPerBlock * 32, 0, stream(),
+             xp, x.stride(0), wp, weight.stride(0), o, n, k, epilogue);
+    };
+    if (activation == Activation::kSilu) {
+      run(GatedBy<Activation::kSilu>{u, up.stride(0)});
+    } else {
+      run(GatedBy<Activation::kGeluTanh>{u, up.stride(0)});
+    }
+  });
 }
 
 bool mma_gemv_applies(const Tensor& x, const Tensor& weight, const Tensor& out) {

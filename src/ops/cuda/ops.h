@@ -71,6 +71,10 @@ void cublaslt_linear(const Tensor& x, const Tensor& weight, const Tensor& out);
 constexpr int64_t kMaxGemvRows = 4;
 bool gemv_applies(const Tensor& x, const Tensor& weight, const Tensor& out);
 void gemv(const Tensor& x, const Tensor& weight, const Tensor& out);
+// out = act(x · weightᵀ) · up (bf16, up [M, N] with strided rows) where gemv applies: one launch
+// for a projection and the gated activation that follows it, as separate launches would round.
+void gated_gemv(const Tensor& x, const Tensor& weight, Activation activation, const Tensor& up,
+                const Tensor& out);
 // The same products on tensor cores, for at most kMaxMmaGemvRows rows of x (the weight still read
 // once): where the few rows of a verify step or a small batch meet cuBLASLt. mma_gemv_applies()
 // asks what gemv_applies() does, with its own row limit.
