@@ -754,6 +754,12 @@ TEST(CudaOpsTest, UnsupportedDtypesAreErrors) {
   const Tensor bf16 = Tensor::empty({4, 64}, DType::kBF16, Device::cuda());
   const Tensor ints = Tensor::empty({4, 64}, DType::kI32, Device::cuda());
   EXPECT_THROW(cuda::linear(bf16, f16, Tensor::empty({4, 4}, DType::kF32, Device::cuda())), Error);
+  // Neither a weight of another dtype nor an output of the wrong shape reaches the GEMV kernels.
+  EXPECT_THROW(
+      cuda::linear(bf16.narrow(0, 0, 1), f16, Tensor::empty({1, 4}, DType::kBF16, Device::cuda())),
+      Error);
+  EXPECT_THROW(cuda::linear(bf16, bf16, Tensor::empty({4, 3}, DType::kBF16, Device::cuda())),
+               InternalError);
   EXPECT_THROW(cuda::rms_norm(ints, Tensor(), 1e-6f, 0.0f, ints), Error);
   EXPECT_THROW(cuda::scale_in_place(f16, 2.0f), Error);
   EXPECT_THROW(cuda::convert(ints, bf16), Error);

@@ -250,9 +250,14 @@ bool aligned_rows(const Tensor& t) {
          (t.size(0) == 1 || t.stride(0) % 8 == 0) && t.stride(1) == 1;
 }
 
-// Both kernels read x and the weight in 16-byte pieces and write out whole.
+// Both kernels read bf16 x and weight in 16-byte pieces and write out [M, N] whole, bf16 or f32.
+// Anything else goes to cuBLASLt's path, which names what it refuses.
 bool few_rows_apply(const Tensor& x, const Tensor& weight, const Tensor& out, int64_t max_rows) {
-  return x.size(0) >= 1 && x.size(0) <= max_rows && x.size(1) % 8 == 0 && aligned_rows(x) &&
+  return x.dim() == 2 && weight.dim() == 2 && out.dim() == 2 && x.dtype() == DType::kBF16 &&
+         weight.dtype() == DType::kBF16 &&
+         (out.dtype() == DType::kBF16 || out.dtype() == DType::kF32) && x.size(0) >= 1 &&
+         x.size(0) <= max_rows && x.size(1) == weight.size(1) && x.size(1) % 8 == 0 &&
+         out.size(0) == x.size(0) && out.size(1) == weight.size(0) && aligned_rows(x) &&
          aligned_rows(weight) && out.is_contiguous() && weight.size(0) < (int64_t{1} << 31);
 }
 
@@ -270,8 +275,7 @@ void gemv(const Tensor& x, const Tensor& weight, const Tensor& out) {
 
 void gated_gemv(const Tensor& x, const Tensor& weight, Activation activation, const Tensor& up,
                 const Tensor& out) {
-  PAGODA_CHECK(gemv_applies(x, weight, out) && out.dim() == 2 && out.size(0) == x.size(0) &&
-                   out.size(1) == weight.size(0) && out.dtype() == DType::kBF16 &&
+  PAGODA_CHECK(gemv_applies(x, weight, out) && out.dtype() == DType::kBF16 &&
                    up.dtype() == DType::kBF16 && up.dim() == 2 && up.shape() == out.shape() &&
                    up.stride(1) == 1,
                "gated gemv of x {} and weight {} by up {} {} into {} {}", x.shape(), weight.shape(),
