@@ -467,6 +467,7 @@ void launch_rope(std::span<const NormRopePart> parts, bool normalise,
         shared_bytes = std::max<size_t>(shared_bytes, 2 * part_half * sizeof(float));
       }
       if (blocks == 0) return;
+      PAGODA_CHECK(blocks <= 65535, "rope of {} head blocks a token; at most 65535", blocks);
       const dim3 grid(static_cast<unsigned>(tokens), static_cast<unsigned>(blocks));
       dispatch_vector(vector, [&](auto vec) {
         constexpr bool kVector = decltype(vec)::value;
