@@ -68,7 +68,7 @@ struct GatedBy {
 // Splitting K puts four times the warps, and loads, in flight on each multiprocessor for a short
 // matrix. The weight does not depend on earlier kernels, so each warp loads its first step before
 // waiting for them.
-template <int kM, typename Out, typename Epilogue = Sum>
+template <int kM, typename Out, typename Epilogue>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     gemv_kernel(const bf16* x, int64_t x_stride, const bf16* weight, int64_t w_stride, Out* out,
                 int n, int k, Epilogue epilogue) {
@@ -232,16 +232,16 @@ __global__ void __launch_bounds__(kMmaWarps * 32)
   }
 }
 
-template <int kM>
-void launch_gemv(const Tensor& x, const Tensor& weight, const Tensor& out) {
+template <int kM, typename Epilogue>
+void launch_gemv(const Tensor& x, const Tensor& weight, const Tensor& out, Epilogue epilogue) {
   const int n = static_cast<int>(weight.size(0));
   const int k = static_cast<int>(weight.size(1));
   const int blocks = (n + kRowsPerBlock - 1) / kRowsPerBlock;
   const auto* xp = reinterpret_cast<const bf16*>(x.raw_data());
   const auto* wp = reinterpret_cast<const bf16*>(weight.raw_data());
   with_output(out, [&]<typename Out>(Out* o) {
-    launch(gemv_kernel<kM, Out>, blocks, kWarpsPerBlock * 32, 0, stream(), xp, x.stride(0), wp,
-           weight.stride(0), o, n, k, Sum{});
+    launch(gemv_kernel<kM, Out, Epilogue>, blocks, kWarpsPerBlock * 32, 0, stream(), xp,
+           x.stride(0), wp, weight.stride(0), o, n, k, epilogue);
   });
 }
 
@@ -270,7 +270,7 @@ bool gemv_applies(const Tensor& x, const Tensor& weight, const Tensor& out) {
 void gemv(const Tensor& x, const Tensor& weight, const Tensor& out) {
   PAGODA_CHECK(gemv_applies(x, weight, out), "gemv of x {} and weight {}", x.shape(),
                weight.shape());
-  with_rows<kMaxGemvRows>(x.size(0), [&]<int kM>() { launch_gemv<kM>(x, weight, out); });
+  with_rows<kMaxGemvRows>(x.size(0), [&]<int kM>() { launch_gemv<kM>(x, weight, out, Sum{}); });
 }
 
 void gated_gemv(const Tensor& x, const Tensor& weight, Activation activation, const Tensor& up,
@@ -280,22 +280,12 @@ void gated_gemv(const Tensor& x, const Tensor& weight, Activation activation, co
                    up.stride(1) == 1,
                "gated gemv of x {} and weight {} by up {} {} into {} {}", x.shape(), weight.shape(),
                up.shape(), dtype_name(up.dtype()), out.shape(), dtype_name(out.dtype()));
-  const int n = static_cast<int>(weight.size(0));
-  const int k = static_cast<int>(weight.size(1));
-  const int blocks = (n + kRowsPerBlock - 1) / kRowsPerBlock;
-  const auto* xp = reinterpret_cast<const bf16*>(x.raw_data());
-  const auto* wp = reinterpret_cast<const bf16*>(weight.raw_data());
-  auto* o = reinterpret_cast<bf16*>(out.raw_data());
   const auto* u = reinterpret_cast<const bf16*>(up.raw_data());
   with_rows<kMaxGemvRows>(x.size(0), [&]<int kM>() {
-    const auto run = [&](auto epilogue) {
-      launch(gemv_kernel<kM, bf16, decltype(epilogue)>, blocks, kWarpsPerBlock * 32, 0, stream(),
-             xp, x.stride(0), wp, weight.stride(0), o, n, k, epilogue);
-    };
     if (activation == Activation::kSilu) {
-      run(GatedBy<Activation::kSilu>{u, up.stride(0)});
+      launch_gemv<kM>(x, weight, out, GatedBy<Activation::kSilu>{u, up.stride(0)});
     } else {
-      run(GatedBy<Activation::kGeluTanh>{u, up.stride(0)});
+      launch_gemv<kM>(x, weight, out, GatedBy<Activation::kGeluTanh>{u, up.stride(0)});
     }
   });
 }
