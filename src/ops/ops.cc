@@ -68,17 +68,14 @@ Tensor linear(const Tensor& x, const Weight& weight, DType out_dtype) {
 
 Tensor gated_linear(const Tensor& x, const Weight& weight, Activation activation,
                     const Tensor& up) {
-#if PAGODA_HAVE_CUDA
-  if (!x.device().is_cpu() && x.size(0) == 1 && !weight.quantized() && x.dtype() == DType::kBF16) {
-    Tensor out = Tensor::uninitialized({1, weight.rows()}, x.dtype(), x.device());
-    if (cuda::gemv_applies(x, weight.values, out)) {
-      cuda::gated_gemv(x, weight.values, activation, up, out);
-      return out;
-    }
-  }
-#endif
-  Tensor out = linear(x, weight);
-  gated_activation(activation, out, up, out);
+  Tensor out = Tensor::uninitialized({x.size(0), weight.rows()}, x.dtype(), x.device());
+  dispatch(
+      x,
+      [&] {
+        cpu::linear(x, weight, out);
+        cpu::gated_activation(activation, out, up, out);
+      },
+      PAGODA_GPU(cuda::gated_linear(x, weight, activation, up, out)));
   return out;
 }
 

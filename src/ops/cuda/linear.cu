@@ -511,4 +511,13 @@ void linear(const Tensor& x, const Weight& quantized, const Tensor& out) {
              : blas();
 }
 
+void gated_linear(const Tensor& x, const Weight& weight, Activation activation, const Tensor& up,
+                  const Tensor& out) {
+  if (x.size(0) == 1 && !weight.quantized() && gemv_applies(x, weight.values, out)) {
+    return gated_gemv(x, weight.values, activation, up, out);
+  }
+  linear(x, weight, out);
+  gated_activation(activation, out, up, out);
+}
+
 }  // namespace pagoda::cuda

@@ -75,6 +75,10 @@ void gemv(const Tensor& x, const Tensor& weight, const Tensor& out);
 // for a projection and the gated activation that follows it, as separate launches would round.
 void gated_gemv(const Tensor& x, const Tensor& weight, Activation activation, const Tensor& up,
                 const Tensor& out);
+// out = act(x · weightᵀ) · up: gated_gemv for one row of a bf16 weight (Gemma 4's
+// per-layer-input gate at batch 1), else linear and then gated_activation.
+void gated_linear(const Tensor& x, const Weight& weight, Activation activation, const Tensor& up,
+                  const Tensor& out);
 // The same products on tensor cores, for at most kMaxMmaGemvRows rows of x (the weight still read
 // once): where the few rows of a verify step or a small batch meet cuBLASLt. mma_gemv_applies()
 // asks what gemv_applies() does, with its own row limit.
