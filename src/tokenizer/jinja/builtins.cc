@@ -161,6 +161,7 @@ std::string join_strings(const std::string& what, const std::string& separator,
   for (size_t i = 0; i < items->as_array().size(); ++i) {
     const Value& item = items->as_array()[i];
     if (!item.is_string()) fail_render("{}: item {} is {}, not a string", what, i, type_name(item));
+    charge_work(separator.size() + item.as_string().size());  // as it grows, not once it has
     if (i > 0) out += separator;
     out += item.as_string();
   }
@@ -295,11 +296,6 @@ Object members_from_args(const char* what, const CallArgs& args) {
   return members;
 }
 
-Value global_namespace(CallArgs& args, Scope&) {
-  return Value::name_space(
-      std::make_shared<Namespace>(Namespace{members_from_args("namespace()", args)}));
-}
-
 Value global_dict(CallArgs& args, Scope&) {
   return Value::object(members_from_args("dict()", args));
 }
@@ -360,9 +356,23 @@ Value call_method(const Value& object, std::string_view name, CallArgs& args) {
   }
 }
 
-void define_globals(Scope& scope) {
+RenderNamespaces::~RenderNamespaces() {
+  for (const std::shared_ptr<Namespace>& made : made_)
+    made->attributes.clear();
+}
+
+Value RenderNamespaces::make(Object attributes) {
+  charge_work(kStepWork);
+  made_.push_back(std::make_shared<Namespace>(Namespace{std::move(attributes)}));
+  return Value::name_space(made_.back());
+}
+
+void define_globals(Scope& scope, RenderNamespaces& namespaces) {
   scope.set("range", Value::function(Function{"range", global_range}));
-  scope.set("namespace", Value::function(Function{"namespace", global_namespace}));
+  scope.set("namespace", Value::function(Function{
+                             "namespace", [&namespaces](CallArgs& args, Scope&) {
+                               return namespaces.make(members_from_args("namespace()", args));
+                             }}));
   scope.set("dict", Value::function(Function{"dict", global_dict}));
   scope.set("raise_exception",
             Value::function(Function{"raise_exception", global_raise_exception}));

@@ -24,6 +24,10 @@ namespace {
 
 // Bounds recursion through macros so a self-calling macro fails instead of overflowing the stack.
 constexpr int kMaxCallDepth = 100;
+// The work a render may do (charge_work): a million loop iterations or calls, 256 MiB of strings
+// (64 times a million-token conversation), or sixteen million expressions, or a mix of them.
+constexpr uint64_t kRenderWork = uint64_t{1} << 28;
+constexpr uint64_t kExprWork = 16;
 
 enum class Flow { kNormal, kBreak, kContinue };
 
@@ -32,8 +36,9 @@ class Interpreter {
   std::string render(const Body& program, const nlohmann::ordered_json& context) {
     if (!context.is_object())
       fail("template context must be a JSON object, got {}", context.type_name());
+    RenderNamespaces namespaces;  // outlives every value of the render
     Scope globals;
-    define_globals(globals);
+    define_globals(globals, namespaces);
     for (const auto& [key, value] : context.items()) {
       try {
         globals.set(key, from_json(value));
@@ -41,6 +46,8 @@ class Interpreter {
         fail("context variable '{}': {}", key, failure.what());
       }
     }
+    // The context's own values are not charged.
+    const RenderBudget budget(kRenderWork);
     std::string out;
     exec(program, globals, out);
     return out;
@@ -69,13 +76,19 @@ class Interpreter {
     return out;
   }
 
+  // Output is charged as it is written.
+  static void write(std::string& out, std::string_view text) {
+    charge_work(text.size());
+    out += text;
+  }
+
   Flow exec_node(const TextStmt& stmt, Scope&, std::string& out) {
-    out += stmt.text;
+    write(out, stmt.text);
     return Flow::kNormal;
   }
 
   Flow exec_node(const OutputStmt& stmt, Scope& scope, std::string& out) {
-    out += to_output(eval(*stmt.value, scope));
+    write(out, to_output(eval(*stmt.value, scope)));
     return Flow::kNormal;
   }
 
@@ -97,6 +110,7 @@ class Interpreter {
       items = std::move(kept);
     }
     for (size_t i = 0; i < items.size(); ++i) {
+      charge_work(kStepWork);
       loop_scope.set("loop", loop_object(items, i));
       bind_loop_targets(stmt, items[i], loop_scope);
       if (exec(stmt.body, loop_scope, out) == Flow::kBreak) break;
@@ -211,7 +225,7 @@ class Interpreter {
     CallArgs args = eval_args(call.args, scope);
     Scope call_scope(&scope);
     call_scope.set("caller", Value::function(Function{"caller", std::move(body)}));
-    out += to_output(invoke(callee.as_function(), args, call_scope));
+    write(out, to_output(invoke(callee.as_function(), args, call_scope)));
     return Flow::kNormal;
   }
 
@@ -230,7 +244,7 @@ class Interpreter {
       CallArgs args = eval_args(filter.args, scope);
       value = apply_filter(filter.name, value, args);
     }
-    out += to_output(value);
+    write(out, to_output(value));
     return Flow::kNormal;
   }
 
@@ -282,6 +296,7 @@ class Interpreter {
 
   Value eval(const Expr& expr, Scope& scope) {
     try {
+      charge_work(kExprWork);
       return std::visit([&](const auto& node) { return eval_node(node, scope); }, expr.node);
     } catch (const RenderFailure& failure) {
       fail("line {}: {}", expr.line, failure.what());
@@ -403,6 +418,7 @@ class Interpreter {
     if (call_depth_ >= kMaxCallDepth) {
       fail_render("calls nest deeper than {} levels in '{}'", kMaxCallDepth, function.name);
     }
+    charge_work(kStepWork);
     ++call_depth_;
     struct Leave {
       int& depth;

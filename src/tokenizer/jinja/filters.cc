@@ -202,9 +202,15 @@ Value filter_join(const std::string& what, const Value& v, CallArgs& args) {
   const Array& items = require_sequence(what, v, storage);
   std::string out;
   for (size_t i = 0; i < items.size(); ++i) {
-    if (i > 0 && separator != nullptr) out += *separator;
+    if (i > 0 && separator != nullptr) {
+      charge_work(separator->size());  // as it grows, not once it has
+      out += *separator;
+    }
     const Value item = keyed(items[i], attribute);
-    if (!item.is_none() && !item.is_undefined()) out += to_concat_string(item);
+    if (item.is_none() || item.is_undefined()) continue;
+    const std::string piece = to_concat_string(item);
+    charge_work(piece.size());
+    out += piece;
   }
   return Value::string(std::move(out));
 }

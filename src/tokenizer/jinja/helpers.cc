@@ -118,6 +118,7 @@ std::string replace_text(std::string_view text, std::string_view old, std::strin
   if (old.empty()) {
     // An empty pattern matches before every character and at the end.
     while (count != 0) {
+      charge_work(replacement.size());  // before a hostile pattern's output outgrows memory
       out.append(replacement);
       --count;
       if (pos >= text.size()) return out;
@@ -130,6 +131,7 @@ std::string replace_text(std::string_view text, std::string_view old, std::strin
   }
   for (size_t found; count != 0 && (found = text.find(old, pos)) != std::string_view::npos;
        --count) {
+    charge_work(replacement.size());
     out.append(text.substr(pos, found - pos)).append(replacement);
     pos = found + old.size();
   }

@@ -160,6 +160,13 @@ Value float_op(BinaryOp op, double a, double b) {
   }
 }
 
+// a + b, charged before it is built: a string doubled in a loop fails at the budget rather than
+// at the allocator.
+Value concat(const std::string& a, const std::string& b) {
+  charge_work(a.size() + b.size());
+  return Value::string(a + b);
+}
+
 Value repeat(const std::string& text, int64_t count) {
   if (count <= 0 || text.empty()) return Value::string("");
   if (text.size() * static_cast<uint64_t>(count) > kMaxRepeatBytes) {
@@ -191,8 +198,7 @@ Value binary_op(BinaryOp op, const Value& left, const Value& right) {
     fail_render("cannot apply '{}' to an undefined value", symbol(op));
   }
   if (left.is_none() || right.is_none()) fail_render("cannot apply '{}' to none", symbol(op));
-  if (op == BinaryOp::kConcat)
-    return Value::string(to_concat_string(left) + to_concat_string(right));
+  if (op == BinaryOp::kConcat) return concat(to_concat_string(left), to_concat_string(right));
   if (left.is_numeric() && right.is_numeric()) {
     if (op == BinaryOp::kPower) return power(left, right);
     if (left.is_float() || right.is_float())
@@ -206,7 +212,7 @@ Value binary_op(BinaryOp op, const Value& left, const Value& right) {
   }
   // `+` concatenates as soon as one side is a string, as in the reference renderer.
   if (op == BinaryOp::kAdd && (left.is_string() || right.is_string())) {
-    return Value::string(to_concat_string(left) + to_concat_string(right));
+    return concat(to_concat_string(left), to_concat_string(right));
   }
   if (op == BinaryOp::kMultiply && left.is_string() && right.is_int()) {
     return repeat(left.as_string(), right.as_int());
@@ -241,6 +247,7 @@ bool contains(const Value& container, const Value& item) {
     fail_render("cannot test whether an undefined value is in a {}", type_name(container));
   if (container.is_array()) {
     const Array& items = container.as_array();
+    charge_work(items.size());
     return std::any_of(items.begin(), items.end(),
                        [&](const Value& v) { return strict_equals(v, item); });
   }
@@ -248,8 +255,10 @@ bool contains(const Value& container, const Value& item) {
     fail_render("'in {}' requires a string on the left, got {}", type_name(container),
                 type_name(item));
   }
-  if (container.is_string())
+  if (container.is_string()) {
+    charge_work(container.as_string().size());
     return container.as_string().find(item.as_string()) != std::string::npos;
+  }
   if (container.is_object()) return find_member(container.as_object(), item.as_string()) != nullptr;
   fail_render("cannot test membership in {}", type_name(container));
 }

@@ -24,6 +24,62 @@ const Value* Value::find(std::string_view key) const {
   return nullptr;
 }
 
+namespace {
+
+// The budget of the render this thread runs, if any.
+thread_local RenderBudget* current_budget = nullptr;
+
+// 1 + the deepest of `items` (through `value_of`), checked against kMaxValueDepth.
+template <typename Items, typename ValueOf>
+int nested_depth(const Items& items, ValueOf&& value_of, const char* what) {
+  int deepest = 0;
+  for (const auto& item : items)
+    deepest = std::max(deepest, value_of(item).depth());
+  if (deepest >= kMaxValueDepth) fail_render("{} nest deeper than {} levels", what, kMaxValueDepth);
+  return deepest + 1;
+}
+
+}  // namespace
+
+void charge_work(uint64_t units) {
+  RenderBudget* budget = current_budget;
+  if (budget == nullptr) return;
+  if (units > budget->left_) {
+    budget->left_ = 0;
+    fail_render("the template does more work than a render may (runaway loops or values)");
+  }
+  budget->left_ -= units;
+}
+
+RenderBudget::RenderBudget(uint64_t limit) : left_(limit), previous_(current_budget) {
+  current_budget = this;
+}
+
+RenderBudget::~RenderBudget() {
+  current_budget = previous_;
+}
+
+Value Value::array(Array a) {
+  charge_work(a.size());
+  const int depth = nested_depth(
+      a, [](const Value& v) -> const Value& { return v; }, "lists");
+  return make<ArrayPtr>(std::make_shared<const Nested<Array>>(Nested<Array>{std::move(a), depth}));
+}
+
+Value Value::object(Object o) {
+  charge_work(o.size());
+  const int depth = nested_depth(
+      o, [](const std::pair<std::string, Value>& m) -> const Value& { return m.second; }, "dicts");
+  return make<ObjectPtr>(
+      std::make_shared<const Nested<Object>>(Nested<Object>{std::move(o), depth}));
+}
+
+int Value::depth() const {
+  if (is_array()) return std::get<ArrayPtr>(data_)->depth;
+  if (is_object()) return std::get<ObjectPtr>(data_)->depth;
+  return 0;
+}
+
 const void* Value::identity() const {
   if (is(Kind::kNamespace)) return std::get<NamespacePtr>(data_).get();
   if (is(Kind::kFunction)) return std::get<FunctionPtr>(data_).get();
@@ -160,13 +216,16 @@ bool equals(const Value& a, const Value& b, bool loose) {
     case Value::Kind::kBool:
       return a.as_bool() == b.as_bool();
     case Value::Kind::kString:
+      charge_work(std::min(a.as_string().size(), b.as_string().size()));
       return a.as_string() == b.as_string();
     case Value::Kind::kArray:
+      charge_work(std::min(a.as_array().size(), b.as_array().size()));
       return std::equal(a.as_array().begin(), a.as_array().end(), b.as_array().begin(),
                         b.as_array().end(),
                         [&](const Value& x, const Value& y) { return equals(x, y, loose); });
     case Value::Kind::kObject: {
       if (a.as_object().size() != b.as_object().size()) return false;
+      charge_work(a.as_object().size() * a.as_object().size());  // a lookup a member
       for (const auto& [key, value] : a.as_object()) {
         const Value* other = find_member(b.as_object(), key);
         if (other == nullptr || !equals(value, *other, loose)) return false;
@@ -260,6 +319,10 @@ std::string to_concat_string(const Value& v) {
 namespace {
 
 std::string to_json_at(const Value& v, const JsonOptions& options, int depth) {
+  if (depth > kMaxValueDepth) {
+    fail_render("a value nests deeper than {} levels (a namespace that holds itself?)",
+                kMaxValueDepth);
+  }
   switch (v.kind()) {
     case Value::Kind::kUndefined:
       return options.undefined_as_null ? "null" : "undefined";
@@ -272,6 +335,8 @@ std::string to_json_at(const Value& v, const JsonOptions& options, int depth) {
     case Value::Kind::kFloat:
       return std::isfinite(v.as_float()) ? format_js_number(v.as_float()) : "null";
     case Value::Kind::kString:
+      // Charged as it is written: a list may hold one long string many times.
+      charge_work(v.as_string().size());
       return json_quote(v.as_string(), options.ensure_ascii);
     case Value::Kind::kFunction:
       fail_render("cannot convert function '{}' to JSON", v.as_function().name);

@@ -54,6 +54,32 @@ struct Namespace {
   Object attributes;
 };
 
+// Lists and dicts nest at most this deep (a JSON context nests at most 256 levels; a template
+// can nest further only by building lists in a loop), and a value prints at most this deep (a
+// namespace may hold itself).
+inline constexpr int kMaxValueDepth = 512;
+
+// The work one render may do (RenderBudget), charged as it goes: bytes of every string made or
+// written out, elements of every list and dict, and kStepWork for each loop iteration and call.
+// A template that would run or grow without end (loops nested past reason, a string doubled in a
+// loop) fails with RenderFailure instead. Work outside a render is not counted.
+inline constexpr uint64_t kStepWork = 256;
+void charge_work(uint64_t units);
+
+// Makes `limit` units the current thread's budget while it lives.
+class RenderBudget {
+ public:
+  explicit RenderBudget(uint64_t limit);
+  RenderBudget(const RenderBudget&) = delete;
+  RenderBudget& operator=(const RenderBudget&) = delete;
+  ~RenderBudget();
+
+ private:
+  friend void charge_work(uint64_t units);
+  uint64_t left_;
+  RenderBudget* previous_;
+};
+
 class Value {
  public:
   enum class Kind {
@@ -74,13 +100,13 @@ class Value {
   static Value boolean(bool b) { return make<bool>(b); }
   static Value integer(int64_t i) { return make<int64_t>(i); }
   static Value number(double d) { return make<double>(d); }
-  static Value string(std::string s) { return make<std::string>(std::move(s)); }
-  static Value array(Array a) {
-    return make<ArrayPtr>(std::make_shared<const Array>(std::move(a)));
+  static Value string(std::string s) {
+    charge_work(s.size());
+    return make<std::string>(std::move(s));
   }
-  static Value object(Object o) {
-    return make<ObjectPtr>(std::make_shared<const Object>(std::move(o)));
-  }
+  // Fail with RenderFailure past kMaxValueDepth.
+  static Value array(Array a);
+  static Value object(Object o);
   static Value name_space(std::shared_ptr<Namespace> n) { return make<NamespacePtr>(std::move(n)); }
   static Value function(Function f) {
     return make<FunctionPtr>(std::make_shared<const Function>(std::move(f)));
@@ -104,8 +130,8 @@ class Value {
   double as_float() const { return std::get<double>(data_); }
   double as_double() const;  // any numeric kind
   const std::string& as_string() const { return std::get<std::string>(data_); }
-  const Array& as_array() const { return *std::get<ArrayPtr>(data_); }
-  const Object& as_object() const { return *std::get<ObjectPtr>(data_); }
+  const Array& as_array() const { return std::get<ArrayPtr>(data_)->items; }
+  const Object& as_object() const { return std::get<ObjectPtr>(data_)->items; }
   Namespace& as_namespace() const { return *std::get<NamespacePtr>(data_); }
   const Function& as_function() const { return *std::get<FunctionPtr>(data_); }
 
@@ -113,12 +139,19 @@ class Value {
   const Value* find(std::string_view key) const;
   // Identity of shared values (namespaces, functions); null for the rest.
   const void* identity() const;
+  // Levels of lists and dicts: 0 for anything else (a namespace too).
+  int depth() const;
 
  private:
   // Lists and dicts are immutable once built (templates cannot mutate them, as in the sandbox
   // transformers renders with), so copies share them.
-  using ArrayPtr = std::shared_ptr<const Array>;
-  using ObjectPtr = std::shared_ptr<const Object>;
+  template <typename Items>
+  struct Nested {
+    Items items;
+    int depth;  // 1 + the deepest item's
+  };
+  using ArrayPtr = std::shared_ptr<const Nested<Array>>;
+  using ObjectPtr = std::shared_ptr<const Nested<Object>>;
   using NamespacePtr = std::shared_ptr<Namespace>;
   using FunctionPtr = std::shared_ptr<const Function>;
   // Alternatives in the order of Kind.

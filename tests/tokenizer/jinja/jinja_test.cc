@@ -30,6 +30,10 @@ std::string error_of(std::string_view source, const Json& context = Json::object
   return "";
 }
 
+bool holds(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
 TEST(JinjaTest, RendersTextAndExpressions) {
   EXPECT_EQ(render("Hello {{ name }}!", {{"name", "World"}}), "Hello World!");
   EXPECT_EQ(render(""), "");
@@ -280,6 +284,78 @@ TEST(JinjaTest, AssignmentsAndScopes) {
   EXPECT_EQ(render("{% set ns = namespace({'a': 1}, b=2) %}{{ ns.a }}{{ ns['b'] }}"), "12");
   EXPECT_EQ(render("{% set block %} x {{ 1 + 1 }} {% endset %}[{{ block }}]"), "[ x 2 ]");
   EXPECT_EQ(render("{{ dict(a=1, b='x') }}"), "{\"a\": 1, \"b\": \"x\"}");
+}
+
+// A namespace may hold itself, directly or through another namespace or a list. The render still
+// frees them when it ends (the sanitizer build's leak check fails otherwise), and printing one
+// stops at kMaxValueDepth instead of recursing until the stack runs out.
+TEST(JinjaTest, NamespacesThatHoldThemselves) {
+  EXPECT_EQ(render("{% set ns = namespace(a=1) %}{% set ns.self = ns %}{{ ns.self.self.a }}"), "1");
+  EXPECT_EQ(render("{% set a = namespace() %}{% set b = namespace(a=a) %}{% set a.b = [b] %}"
+                   "{{ a.b[0].a.b | length }}"),
+            "1");
+  EXPECT_PRED2(holds, error_of("{% set ns = namespace(a=1) %}{% set ns.self = ns %}{{ ns }}"),
+               "nests deeper than 512 levels");
+  EXPECT_PRED2(holds,
+               error_of("{% set ns = namespace(a=1) %}{% set ns.self = [ns] %}{{ ns | tojson }}"),
+               "nests deeper than 512 levels");
+  // A chain of namespaces a thousand long is freed without recursing through it.
+  EXPECT_EQ(render("{% set ns = namespace(next=none) %}{% for i in range(1000) %}"
+                   "{% set ns.next = namespace(next=ns.next) %}{% endfor %}done"),
+            "done");
+}
+
+// Lists built in a loop nest at most kMaxValueDepth levels: deeper ones could not be printed,
+// compared or freed without recursing that deep.
+TEST(JinjaTest, ListsNestAtMostTheDepthLimit) {
+  EXPECT_EQ(render("{% set ns = namespace(x=0) %}{% for i in range(511) %}{% set ns.x = [ns.x] %}"
+                   "{% endfor %}{{ ns.x | length }}"),
+            "1");
+  EXPECT_PRED2(holds,
+               error_of("{% set ns = namespace(x=0) %}{% for i in range(513) %}"
+                        "{% set ns.x = [ns.x] %}{% endfor %}"),
+               "lists nest deeper than 512 levels");
+  EXPECT_PRED2(holds,
+               error_of("{% set ns = namespace(x=0) %}{% for i in range(513) %}"
+                        "{% set ns.x = {'a': ns.x} %}{% endfor %}"),
+               "dicts nest deeper than 512 levels");
+}
+
+// A render has a budget of work (charge_work): loops nested past reason, a string doubled in a
+// loop, or output that would outgrow memory fail with an error rather than running for hours or
+// exhausting memory. Each of these stops within 256 MiB of work.
+TEST(JinjaTest, RunawayTemplatesFailAtTheWorkBudget) {
+  const std::string budget = "more work than a render may";
+  EXPECT_PRED2(holds,
+               error_of("{% for i in range(1000000) %}{% for j in range(1000000) %}{% endfor %}"
+                        "{% endfor %}"),
+               budget);
+  EXPECT_PRED2(holds,
+               error_of("{% set ns = namespace(s='ab') %}{% for i in range(64) %}"
+                        "{% set ns.s = ns.s ~ ns.s %}{% endfor %}"),
+               budget);
+  EXPECT_PRED2(holds,
+               error_of("{% set s = 'x' * 16000000 %}{% for i in range(20) %}{{ s }}{% endfor %}"),
+               budget);
+  EXPECT_PRED2(holds, error_of("{% set s = 'x' * 16000000 %}{{ s | replace('x', s) }}"), budget);
+  EXPECT_PRED2(holds,
+               error_of("{% set s = 'x' * 16000000 %}{{ (range(100) | map('string') | list) | "
+                        "join(s) }}"),
+               budget);
+  EXPECT_PRED2(holds,
+               error_of("{% macro f(n) %}{% if n > 0 %}{{ f(n - 1) }}{{ f(n - 1) }}{% endif %}"
+                        "{% endmacro %}{{ f(60) }}"),
+               budget);
+  // An ordinary long conversation is far inside it.
+  Json messages = Json::array();
+  for (int i = 0; i < 2000; ++i) {
+    messages.push_back(
+        {{"role", i % 2 ? "assistant" : "user"}, {"content", std::string(2000, 'w')}});
+  }
+  EXPECT_EQ(render("{% for m in messages %}<{{ m.role }}>{{ m.content | trim }}{% endfor %}",
+                   {{"messages", messages}})
+                .size(),
+            2000u * 2000u + 1000u * (6u + 11u));
 }
 
 TEST(JinjaTest, Macros) {
