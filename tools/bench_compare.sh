@@ -4,6 +4,7 @@
 # the same machine in the same minutes. Prints each run's decode step mean and a table of the
 # medians with new / old.
 # Usage: bash tools/bench_compare.sh OLD_PAGODA NEW_PAGODA [ROUNDS]   (run from the repository root)
+# BENCH_COMPARE_CASES="name ..." runs only the named cases (all by default).
 set -uo pipefail
 old=$1
 new=$2
@@ -17,6 +18,7 @@ cases=(
   "llama_b1_graphs|--model bench/configs/llama-3-8b --batch-size 1 --num-iters 3"
   "llama_b1_eager|--model bench/configs/llama-3-8b --batch-size 1 --num-iters 3 --enforce-eager"
   "llama_b1_sampled|--model bench/configs/llama-3-8b --batch-size 1 --num-iters 2 --temperature 0.8 --top-p 0.95"
+  "llama_b1_fp8|--model bench/configs/llama-3-8b --batch-size 1 --num-iters 3 --quantization fp8"
   "gemma_b1_graphs|--model bench/configs/gemma-4-e4b --batch-size 1 --num-iters 3"
   "llama_b64|--model bench/configs/llama-3-8b --batch-size 64 --num-iters 2"
 )
@@ -30,6 +32,9 @@ printf '| case | binary | decode step mean ms (each run) | median | prefill ms (
 summary=()
 for entry in "${cases[@]}"; do
   name=${entry%%|*}
+  if [ -n "${BENCH_COMPARE_CASES:-}" ] && [[ " $BENCH_COMPARE_CASES " != *" $name "* ]]; then
+    continue
+  fi
   read -r -a args <<<"${entry#*|}"
   declare -A steps=() prefills=()
   for round in $(seq "$rounds"); do
