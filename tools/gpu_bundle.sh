@@ -9,7 +9,7 @@
 #                                                            archive (default its file name), so
 #                                                            two builds of one program can travel
 #   source tools/gpu_bundle.sh unpack ARCHIVE [DIR]           on the GPU machine: unpacks into DIR
-#                                                            (default /tmp/pagoda-bundle), puts
+#                                                            (default a new temporary folder), puts
 #                                                            DIR/bin on PATH and DIR/lib on
 #                                                            LD_LIBRARY_PATH
 # A typical old-against-new timing: build and pack both binaries here, then on the GPU machine
@@ -50,7 +50,8 @@ gpu_bundle_pack() {
 
 gpu_bundle_unpack() {
   local archive=$1
-  local dir=${2:-/tmp/pagoda-bundle}
+  local dir=${2:-}
+  [ -n "$dir" ] || dir=$(mktemp -d) || return 1
   mkdir -p "$dir"
   tar xzf "$archive" -C "$dir" || return 1
   local nccl
