@@ -66,6 +66,21 @@ Tensor linear(const Tensor& x, const Weight& weight, DType out_dtype) {
   return out;
 }
 
+Tensor paired_gated_linear(const Tensor& x, const Weight& gate_up, Activation activation) {
+  const int64_t n = gate_up.rows() / 2;
+  PAGODA_CHECK(gate_up.rows() % 2 == 0, "a gate and up projection of {} rows", gate_up.rows());
+  Tensor out = like(x, {x.size(0), n});
+#if PAGODA_HAVE_CUDA
+  if (!x.device().is_cpu() && cuda::paired_gated_applies(x, gate_up, out)) {
+    cuda::paired_gated_linear(x, gate_up, activation, out);
+    return out;
+  }
+#endif
+  const Tensor both = linear(x, gate_up);
+  gated_activation(activation, both.narrow(1, 0, n), both.narrow(1, n, n), out);
+  return out;
+}
+
 Tensor gated_linear(const Tensor& x, const Weight& weight, Activation activation,
                     const Tensor& up) {
   Tensor out = Tensor::uninitialized({x.size(0), weight.rows()}, x.dtype(), x.device());

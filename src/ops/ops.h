@@ -35,6 +35,10 @@ Tensor linear(const Tensor& x, const Weight& weight, DType out_dtype);
 // otherwise.
 Tensor gated_linear(const Tensor& x, const Weight& weight, Activation activation, const Tensor& up);
 
+// act(gate) · up where [gate; up] = x · gate_upᵀ (gate_up: [2n, K], the gate's rows first):
+// [T, n] in x's dtype. One launch on a GPU for one row of x where cuda::paired_gated_applies(); a
+// linear and a gated_activation otherwise.
+Tensor paired_gated_linear(const Tensor& x, const Weight& gate_up, Activation activation);
 void rms_norm(const Tensor& x, const Tensor& weight, float eps, float weight_offset,
               const Tensor& out);
 // residual += x; out = rms_norm(residual): one pass on a GPU.

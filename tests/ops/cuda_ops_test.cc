@@ -479,6 +479,58 @@ TEST(CudaOpsTest, GatedGemvMatchesGemvThenActivation) {
   }
 }
 
+// Whether two device tensors hold the same bytes (as f32 copies on the host).
+bool same_bytes(const Tensor& a, const Tensor& b) {
+  const Tensor x = to_host_f32(a);
+  const Tensor y = to_host_f32(b);
+  return x.shape() == y.shape() &&
+         std::memcmp(x.data<float>(), y.data<float>(), x.numel() * sizeof(float)) == 0;
+}
+
+// The matrix-vector product of a stacked [gate; up] weight whose warps pair each gate row with its
+// up row writes exactly what the product of the whole weight and then the gated activation write,
+// for bf16 and FP8 weights (FP8 scale blocks that the gate and up halves share at n = 1000).
+TEST(CudaOpsTest, PairedGatedGemvMatchesGemvThenActivation) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  std::mt19937 rng(31);
+  for (const auto& [n, k] : {std::pair<int64_t, int64_t>{1024, 512}, {1000, 2048}, {7, 64}}) {
+    const Tensor host_w = random_tensor({2 * n, k}, rng, 0.05f);
+    const Weight bf16_weight(to_cuda(host_w, DType::kBF16));
+    const Weight fp8_weight = quantize_fp8(host_w, 128, 128).to(Device::cuda(0));
+    for (int64_t m : {1, 3}) {
+      const Tensor x = to_cuda(random_tensor({m, k}, rng), DType::kBF16);
+      for (const Weight* weight : {&bf16_weight, &fp8_weight}) {
+        for (Activation activation : {Activation::kSilu, Activation::kGeluTanh}) {
+          const Tensor both = poisoned({m, 2 * n}, DType::kBF16);
+          if (weight->quantized()) {
+            cuda::fp8_gemv(x, *weight, both);
+          } else {
+            cuda::gemv(x, weight->values, both);
+          }
+          const Tensor apart = poisoned({m, n}, DType::kBF16);
+          cuda::gated_activation(activation, both.narrow(1, 0, n), both.narrow(1, n, n), apart);
+          const Tensor together = poisoned({m, n}, DType::kBF16);
+          if (weight->quantized()) {
+            cuda::fp8_paired_gemv(x, *weight, activation, together);
+          } else {
+            cuda::paired_gemv(x, weight->values, activation, together);
+          }
+          EXPECT_TRUE(same_bytes(apart, together))
+              << "n " << n << " k " << k << " m " << m << " fp8 " << weight->quantized()
+              << " activation " << static_cast<int>(activation);
+          EXPECT_EQ(cuda::paired_gated_applies(x, *weight, together),
+                    m == 1 && cuda::fused_launches());
+        }
+      }
+    }
+  }
+  const Tensor x = to_cuda(random_tensor({1, 64}, rng), DType::kBF16);
+  const Weight odd(to_cuda(random_tensor({7, 64}, rng), DType::kBF16));
+  EXPECT_FALSE(cuda::paired_gated_applies(x, odd, poisoned({1, 3}, DType::kBF16)));
+  EXPECT_THROW(cuda::paired_gemv(x, odd.values, Activation::kSilu, poisoned({1, 3}, DType::kBF16)),
+               InternalError);
+}
+
 // bf16 inputs against an f32 product of the same rounded values. A bf16 output carries its own
 // rounding (about 1e-3 relative); an f32 output differs only in summation order. Each shape runs
 // twice, the second time through the cached plan, poisoned again in between.

@@ -82,11 +82,7 @@ GatedMlp GatedMlp::load(WeightSource& weights, const std::string& prefix, int64_
 
 Tensor GatedMlp::forward(const Tensor& x) const {
   if (gate_up.defined()) {
-    const int64_t inner = down.cols();
-    const Tensor both = project(x, gate_up);
-    Tensor out = ops::like(x, {x.size(0), inner});
-    ops::gated_activation(activation, both.narrow(1, 0, inner), both.narrow(1, inner, inner), out);
-    const Tensor y = project(out, down);
+    const Tensor y = project(ops::paired_gated_linear(x, gate_up, activation), down);
     tp.all_reduce(y);
     return y;
   }

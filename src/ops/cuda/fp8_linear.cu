@@ -93,13 +93,17 @@ constexpr int kFp8Unroll = kM == 1 ? 2 : kUnroll;
 template <int kM>
 constexpr int kFp8MinBlocks = kM == 1 ? 4 : 1;
 
-template <int kM, typename Out>
+// args.n is out's row length: the outputs, each from a weight row or, with a paired epilogue, from
+// a gate row and the up row args.n below it.
+template <int kM, typename Out, typename Epilogue>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32, kFp8MinBlocks<kM>)
-    fp8_gemv_kernel(Fp8Args args, Out* out) {
+    fp8_gemv_kernel(Fp8Args args, Out* out, Epilogue epilogue) {
+  constexpr bool kPaired = Epilogue::kPaired;
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   const int part = warp % kSplits;
-  const int first_row = (blockIdx.x * (kWarpsPerBlock / kSplits) + warp / kSplits) * kRowsPerWarp;
+  const int first_row =
+      group_first_output<kPaired>(blockIdx.x * (kWarpsPerBlock / kSplits) + warp / kSplits);
   const int pieces = args.k / kPiece;
   const int part_pieces = (pieces + kSplits * 32 - 1) / (kSplits * 32) * 32;
   const int begin = part * part_pieces;
@@ -108,7 +112,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32, kFp8MinBlocks<kM>)
   const float* s_rows[kRowsPerWarp];
 #pragma unroll
   for (int r = 0; r < kRowsPerWarp; ++r) {
-    const int row = min(first_row + r, args.n - 1);  // a missing last row re-reads a real one
+    const int row = weight_row<kPaired>(first_row, r, args.n);
     w_rows[r] = reinterpret_cast<const uint4*>(args.weight + row * args.w_stride);
     s_rows[r] = args.scales + static_cast<int64_t>(args.block_rows.divide(row)) * args.scale_cols;
   }
@@ -157,7 +161,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32, kFp8MinBlocks<kM>)
       }
     }
   }
-  reduce_and_store<kM>(acc, first_row, args.n, active, out);
+  reduce_and_store<kM>(acc, first_row, args.n, active, out, epilogue);
 }
 
 // The tensor-core GEMV: out[m, row] for the 16 weight rows [16 * blockIdx.x, + 16) and up to 8
@@ -315,11 +319,17 @@ void launch_fp8_mma_gemv(const Fp8Args& args, const Tensor& out) {
   });
 }
 
-template <int kM>
-void launch_fp8_gemv(const Fp8Args& args, const Tensor& out) {
-  const int blocks = (args.n + kRowsPerBlock - 1) / kRowsPerBlock;
+template <int kM, typename Epilogue = Sum>
+void launch_fp8_gemv(const Fp8Args& args, const Tensor& out, Epilogue epilogue = {}) {
+  const int outputs_per_block = Epilogue::kPaired ? kRowsPerBlock / 2 : kRowsPerBlock;
+  const int blocks = (args.n + outputs_per_block - 1) / outputs_per_block;
   with_output(out, [&]<typename Out>(Out* o) {
-    launch(fp8_gemv_kernel<kM, Out>, blocks, kWarpsPerBlock * 32, 0, stream(), args, o);
+    if constexpr (Epilogue::kPaired && sizeof(Out) == 4) {
+      fail("a paired epilogue writes bf16");
+    } else {
+      launch(fp8_gemv_kernel<kM, Out, Epilogue>, blocks, kWarpsPerBlock * 32, 0, stream(), args, o,
+             epilogue);
+    }
   });
 }
 
@@ -402,6 +412,27 @@ void fp8_gemv(const Tensor& x, const Weight& weight, const Tensor& out) {
   args.x = reinterpret_cast<const bf16*>(x.raw_data());
   args.x_stride = x.stride(0);
   with_rows<kMaxFp8GemvRows>(x.size(0), [&]<int kM>() { launch_fp8_gemv<kM>(args, out); });
+}
+
+void fp8_paired_gemv(const Tensor& x, const Weight& gate_up, Activation activation,
+                     const Tensor& out) {
+  const int64_t n = gate_up.rows() / 2;
+  PAGODA_CHECK(gate_up.rows() % 2 == 0 && out.dim() == 2 && out.size(1) == n &&
+                   out.dtype() == DType::kBF16 && fp8_gemv_applies(x),
+               "paired FP8 GEMV of x {} and weight {} into {}", x.shape(), gate_up.values.shape(),
+               out.shape());
+  check_fp8_linear(x, gate_up.narrow_rows(0, n), out);
+  Fp8Args args = fp8_args(gate_up);
+  args.x = reinterpret_cast<const bf16*>(x.raw_data());
+  args.x_stride = x.stride(0);
+  args.n = static_cast<int>(n);
+  with_rows<kMaxFp8GemvRows>(x.size(0), [&]<int kM>() {
+    if (activation == Activation::kSilu) {
+      launch_fp8_gemv<kM>(args, out, PairedBy<Activation::kSilu>{});
+    } else {
+      launch_fp8_gemv<kM>(args, out, PairedBy<Activation::kGeluTanh>{});
+    }
+  });
 }
 
 bool fp8_mma_gemv_applies(const Tensor& x, const Weight& weight) {

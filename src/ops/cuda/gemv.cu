@@ -49,14 +49,11 @@ __device__ __forceinline__ void load_step(const uint4* const (&rows)[kRowsPerWar
   }
 }
 
-// What the kernel writes of output (m, row) from its sum: the sum.
-struct Sum {
-  __device__ __forceinline__ float operator()(float sum, int, int) const { return sum; }
-};
-
-// act(sum) · up[m, row], the sum first rounded to bf16 as a separate activation would read it.
+// What the kernel writes of output (m, row) from its sum: act(sum) · up[m, row], the sum first
+// rounded to bf16 as a separate activation would read it. (Sum and PairedBy: gemv_common.cuh.)
 template <Activation kActivation>
 struct GatedBy {
+  static constexpr bool kPaired = false;
   const bf16* up;
   int64_t up_stride;
   __device__ __forceinline__ float operator()(float sum, int m, int row) const {
@@ -76,7 +73,9 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   const int part = warp % kSplits;
-  const int first_row = (blockIdx.x * (kWarpsPerBlock / kSplits) + warp / kSplits) * kRowsPerWarp;
+  constexpr bool kPaired = Epilogue::kPaired;
+  const int first_row =
+      group_first_output<kPaired>(blockIdx.x * (kWarpsPerBlock / kSplits) + warp / kSplits);
   const int pieces = k / 8;
   const int part_pieces = (pieces + kSplits * 32 - 1) / (kSplits * 32) * 32;
   const int begin = part * part_pieces;
@@ -84,7 +83,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
   const uint4* w_rows[kRowsPerWarp];
 #pragma unroll
   for (int r = 0; r < kRowsPerWarp; ++r) {
-    const int row = min(first_row + r, n - 1);  // a missing last row re-reads a real one
+    const int row = weight_row<kPaired>(first_row, r, n);
     w_rows[r] = reinterpret_cast<const uint4*>(weight + row * w_stride);
   }
   constexpr int kStep = 32 * kUnroll;
@@ -127,19 +126,23 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
   }
   __syncthreads();
   if (part != 0 || lane != 0 || !active) return;
+  if constexpr (kPaired) {
+    store_paired<kM>(acc, partial, warp, first_row, n, out, epilogue);
+  } else {
 #pragma unroll
-  for (int r = 0; r < kRowsPerWarp; ++r) {
+    for (int r = 0; r < kRowsPerWarp; ++r) {
 #pragma unroll
-    for (int m = 0; m < kM; ++m) {
-      float v = acc[r][m];
-      for (int p = 1; p < kSplits; ++p)
-        v += partial[warp + p][r][m];
-      if (first_row + r < n) {
-        v = epilogue(v, m, first_row + r);
-        if constexpr (sizeof(Out) == 4) {
-          out[m * n + first_row + r] = v;
-        } else {
-          out[m * n + first_row + r] = __float2bfloat16(v);
+      for (int m = 0; m < kM; ++m) {
+        float v = acc[r][m];
+        for (int p = 1; p < kSplits; ++p)
+          v += partial[warp + p][r][m];
+        if (first_row + r < n) {
+          v = epilogue(v, m, first_row + r);
+          if constexpr (sizeof(Out) == 4) {
+            out[m * n + first_row + r] = v;
+          } else {
+            out[m * n + first_row + r] = __float2bfloat16(v);
+          }
         }
       }
     }
@@ -232,16 +235,23 @@ __global__ void __launch_bounds__(kMmaWarps * 32)
   }
 }
 
+// Launches gemv_kernel for out's n = out.size(1) outputs (the weight has 2n rows with a paired
+// epilogue, n otherwise).
 template <int kM, typename Epilogue>
 void launch_gemv(const Tensor& x, const Tensor& weight, const Tensor& out, Epilogue epilogue) {
-  const int n = static_cast<int>(weight.size(0));
+  const int n = static_cast<int>(out.size(1));
   const int k = static_cast<int>(weight.size(1));
-  const int blocks = (n + kRowsPerBlock - 1) / kRowsPerBlock;
+  const int outputs_per_block = Epilogue::kPaired ? kRowsPerBlock / 2 : kRowsPerBlock;
+  const int blocks = (n + outputs_per_block - 1) / outputs_per_block;
   const auto* xp = reinterpret_cast<const bf16*>(x.raw_data());
   const auto* wp = reinterpret_cast<const bf16*>(weight.raw_data());
   with_output(out, [&]<typename Out>(Out* o) {
-    launch(gemv_kernel<kM, Out, Epilogue>, blocks, kWarpsPerBlock * 32, 0, stream(), xp,
-           x.stride(0), wp, weight.stride(0), o, n, k, epilogue);
+    if constexpr (Epilogue::kPaired && sizeof(Out) == 4) {
+      fail("a paired epilogue writes bf16");
+    } else {
+      launch(gemv_kernel<kM, Out, Epilogue>, blocks, kWarpsPerBlock * 32, 0, stream(), xp,
+             x.stride(0), wp, weight.stride(0), o, n, k, epilogue);
+    }
   });
 }
 
@@ -286,6 +296,24 @@ void gated_gemv(const Tensor& x, const Tensor& weight, Activation activation, co
       launch_gemv<kM>(x, weight, out, GatedBy<Activation::kSilu>{u, up.stride(0)});
     } else {
       launch_gemv<kM>(x, weight, out, GatedBy<Activation::kGeluTanh>{u, up.stride(0)});
+    }
+  });
+}
+
+bool paired_gemv_applies(const Tensor& x, const Tensor& gate_up, const Tensor& out) {
+  return gate_up.dim() == 2 && gate_up.size(0) % 2 == 0 && gate_up.size(0) < (int64_t{1} << 31) &&
+         out.dtype() == DType::kBF16 &&
+         few_rows_apply(x, gate_up.narrow(0, 0, gate_up.size(0) / 2), out, kMaxGemvRows);
+}
+
+void paired_gemv(const Tensor& x, const Tensor& gate_up, Activation activation, const Tensor& out) {
+  PAGODA_CHECK(paired_gemv_applies(x, gate_up, out), "paired gemv of x {} and weight {} into {}",
+               x.shape(), gate_up.shape(), out.shape());
+  with_rows<kMaxGemvRows>(x.size(0), [&]<int kM>() {
+    if (activation == Activation::kSilu) {
+      launch_gemv<kM>(x, gate_up, out, PairedBy<Activation::kSilu>{});
+    } else {
+      launch_gemv<kM>(x, gate_up, out, PairedBy<Activation::kGeluTanh>{});
     }
   });
 }

@@ -18,6 +18,7 @@
 #include <unordered_map>
 
 #include "core/cuda/context.h"
+#include "ops/cuda/elementwise_common.cuh"
 #include "ops/cuda/ops.h"
 
 namespace pagoda::cuda {
@@ -518,6 +519,56 @@ void gated_linear(const Tensor& x, const Weight& weight, Activation activation, 
   }
   linear(x, weight, out);
   gated_activation(activation, out, up, out);
+}
+
+bool fused_launches() {
+  static const bool on = [] {
+    const char* value = std::getenv("PAGODA_FUSED");
+    const std::string_view name = value == nullptr ? "1" : value;
+    PAGODA_CHECK(name == "0" || name == "1", "PAGODA_FUSED is 0 or 1, not '{}'", name);
+    return name == "1";
+  }();
+  return on;
+}
+
+namespace {
+
+// A contiguous, 16-byte aligned bf16 row [1, n] on `device`.
+bool bf16_row(const Tensor& t, int64_t n, Device device) {
+  return t.defined() && t.device() == device && t.dtype() == DType::kBF16 && t.dim() == 2 &&
+         t.size(0) == 1 && t.size(1) == n && t.is_contiguous() && elementwise::aligned16(t);
+}
+
+// Whether the FP8 GEMV reads this weight for this x (check_fp8_linear's conditions, as a test).
+bool fp8_gemv_reads(const Tensor& x, const Weight& weight) {
+  const int64_t k = weight.cols();
+  return weight.quantized() && x.dim() == 2 && x.size(1) == k && k % 16 == 0 &&
+         weight.block_cols % 16 == 0 && weight.values.stride(1) == 1 &&
+         weight.values.stride(0) % 16 == 0 && elementwise::aligned16(weight.values) &&
+         weight.rows() < (int64_t{1} << 31) && k < (int64_t{1} << 31) &&
+         weight.scales.device() == x.device() && fp8_gemv_applies(x);
+}
+
+}  // namespace
+
+bool paired_gated_applies(const Tensor& x, const Weight& gate_up, const Tensor& out) {
+  if (!fused_launches() || !gate_up.defined() || x.dim() != 2 || x.size(0) != 1 ||
+      x.dtype() != DType::kBF16 || gate_up.device() != x.device() || gate_up.rows() % 2 != 0 ||
+      !bf16_row(out, gate_up.rows() / 2, x.device())) {
+    return false;
+  }
+  return gate_up.quantized() ? fp8_gemv_reads(x, gate_up)
+                             : paired_gemv_applies(x, gate_up.values, out);
+}
+
+void paired_gated_linear(const Tensor& x, const Weight& gate_up, Activation activation,
+                         const Tensor& out) {
+  PAGODA_CHECK(paired_gated_applies(x, gate_up, out),
+               "a paired gated product of x {} and weight {} into {}", x.shape(),
+               gate_up.values.shape(), out.shape());
+  elementwise::device_stream(x, out);
+  if (gate_up.quantized()) return fp8_paired_gemv(x, gate_up, activation, out);
+  paired_gemv(x, gate_up.values, activation, out);
 }
 
 }  // namespace pagoda::cuda

@@ -79,6 +79,23 @@ void gated_gemv(const Tensor& x, const Tensor& weight, Activation activation, co
 // per-layer-input gate at batch 1), else linear and then gated_activation.
 void gated_linear(const Tensor& x, const Weight& weight, Activation activation, const Tensor& up,
                   const Tensor& out);
+// Whether paired_gated_linear() (below) may run: PAGODA_FUSED unset or 1; 0 turns it off, so one
+// binary can be timed both ways.
+bool fused_launches();
+
+// out = act(gate) · up for [gate; up] = x · gate_upᵀ, gate_up [2n, K] with the gate's rows first
+// and out [M, n] bf16, in one launch: each warp group of the matrix-vector kernel reads a gate
+// row and the up row n below it, and writes what linear() and then gated_activation() would.
+// paired_gated_applies() says where: one row of x and a bf16 weight the CUDA-core GEMV takes
+// (paired_gemv) or an FP8 one the FP8 GEMV takes (fp8_paired_gemv), all on x's device; never
+// with PAGODA_FUSED=0.
+bool paired_gated_applies(const Tensor& x, const Weight& gate_up, const Tensor& out);
+void paired_gated_linear(const Tensor& x, const Weight& gate_up, Activation activation,
+                         const Tensor& out);
+bool paired_gemv_applies(const Tensor& x, const Tensor& gate_up, const Tensor& out);
+void paired_gemv(const Tensor& x, const Tensor& gate_up, Activation activation, const Tensor& out);
+void fp8_paired_gemv(const Tensor& x, const Weight& gate_up, Activation activation,
+                     const Tensor& out);
 // The same products on tensor cores, for at most kMaxMmaGemvRows rows of x (the weight still read
 // once): where the few rows of a verify step or a small batch meet cuBLASLt. mma_gemv_applies()
 // asks what gemv_applies() does, with its own row limit.
