@@ -531,6 +531,25 @@ TEST(CudaOpsTest, PairedGatedGemvMatchesGemvThenActivation) {
                InternalError);
 }
 
+// A weight, its scales or an output left on the host is refused, not read as device memory (the
+// matrix-vector paths take raw pointers).
+TEST(CudaOpsTest, LinearRefusesTensorsOnAnotherDevice) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  std::mt19937 rng(37);
+  const Tensor host_w = random_tensor({256, 128}, rng);
+  const Tensor x = to_cuda(random_tensor({1, 128}, rng), DType::kBF16);
+  const Tensor out = poisoned({1, 256}, DType::kBF16);
+  const Weight device_w(to_cuda(host_w, DType::kBF16));
+  EXPECT_THROW(cuda::linear(x, Weight(cast(host_w, DType::kBF16)), out), InternalError);
+  EXPECT_THROW(cuda::linear(x, device_w, Tensor::empty({1, 256}, DType::kBF16)), InternalError);
+  const Weight host_fp8 = quantize_fp8(host_w, 128, 128);
+  EXPECT_THROW(cuda::linear(x, host_fp8, out), InternalError);
+  Weight mixed = host_fp8.to(Device::cuda(0));
+  mixed.scales = host_fp8.scales;
+  EXPECT_THROW(cuda::linear(x, mixed, out), InternalError);
+  cuda::linear(x, device_w, out);  // the same operands, all on the device
+}
+
 // bf16 inputs against an f32 product of the same rounded values. A bf16 output carries its own
 // rounding (about 1e-3 relative); an f32 output differs only in summation order. Each shape runs
 // twice, the second time through the cached plan, poisoned again in between.

@@ -464,6 +464,12 @@ bool prefer_tensor_cores(PlanKey key, int device, int64_t weight_bytes, bool cud
 
 // For a few rows, the fastest of the matrix-vector kernels and the tensor-core GEMM.
 void linear(const Tensor& x, const Weight& quantized, const Tensor& out) {
+  // The matrix-vector kernels would read a host tensor's address as device memory.
+  PAGODA_CHECK(!x.device().is_cpu() && quantized.device() == x.device() &&
+                   out.device() == x.device() &&
+                   (!quantized.quantized() || quantized.scales.device() == x.device()),
+               "linear tensors on devices: x {}, weight {}, out {}", x.device().to_string(),
+               quantized.device().to_string(), out.device().to_string());
   const int device = x.device().index;
   const PlanKey key{x.size(0),
                     quantized.rows(),
