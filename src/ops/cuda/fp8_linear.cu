@@ -379,6 +379,12 @@ __global__ void quantize_groups_kernel(const bf16* x, int64_t x_stride, int rows
 
 }  // namespace
 
+bool fp8_weight_readable(const Weight& weight) {
+  return weight.quantized() && weight.values.dim() == 2 && weight.cols() % kPiece == 0 &&
+         weight.block_cols % kPiece == 0 && aligned_rows(weight.values, 16) &&
+         weight.rows() < (int64_t{1} << 31) && weight.cols() < (int64_t{1} << 31);
+}
+
 void check_fp8_linear(const Tensor& x, const Weight& weight, const Tensor& out) {
   const int64_t m = x.size(0);
   const int64_t n = weight.rows();
@@ -391,8 +397,7 @@ void check_fp8_linear(const Tensor& x, const Weight& weight, const Tensor& out) 
                    (out.dtype() == DType::kBF16 || out.dtype() == DType::kF32),
                "FP8 linear takes bf16 x and writes bf16 or f32; got x {}, out {}",
                dtype_name(x.dtype()), dtype_name(out.dtype()));
-  if (k % kPiece != 0 || weight.block_cols % kPiece != 0 || !aligned_rows(weight.values, 16) ||
-      n >= (int64_t{1} << 31) || k >= (int64_t{1} << 31)) {
+  if (!fp8_weight_readable(weight)) {
     fail(
         "FP8 linear needs K and the scale blocks' width to be multiples of 16, and 16-byte "
         "aligned weight rows; got weight {} in blocks of {} x {}",

@@ -547,11 +547,7 @@ bool bf16_row(const Tensor& t, int64_t n, Device device) {
 
 // Whether the FP8 GEMV reads this weight for this x (check_fp8_linear's conditions, as a test).
 bool fp8_gemv_reads(const Tensor& x, const Weight& weight) {
-  const int64_t k = weight.cols();
-  return weight.quantized() && x.dim() == 2 && x.size(1) == k && k % 16 == 0 &&
-         weight.block_cols % 16 == 0 && weight.values.stride(1) == 1 &&
-         weight.values.stride(0) % 16 == 0 && elementwise::aligned16(weight.values) &&
-         weight.rows() < (int64_t{1} << 31) && k < (int64_t{1} << 31) &&
+  return fp8_weight_readable(weight) && x.dim() == 2 && x.size(1) == weight.cols() &&
          weight.scales.device() == x.device() && fp8_gemv_applies(x);
 }
 

@@ -117,6 +117,9 @@ void mma_gemv(const Tensor& x, const Tensor& weight, const Tensor& out);
 // one that applies, else the third.
 constexpr int64_t kMaxFp8GemvRows = 8;
 void check_fp8_linear(const Tensor& x, const Weight& weight, const Tensor& out);
+// The weight part of check_fp8_linear's conditions, as a test: K and block_cols multiples of 16,
+// 16-byte aligned rows, fewer than 2^31 rows and columns.
+bool fp8_weight_readable(const Weight& weight);
 bool fp8_gemv_applies(const Tensor& x);
 void fp8_gemv(const Tensor& x, const Weight& weight, const Tensor& out);
 bool fp8_mma_gemv_applies(const Tensor& x, const Weight& weight);
