@@ -107,46 +107,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
       }
     }
   }
-#pragma unroll
-  for (int r = 0; r < kRowsPerWarp; ++r) {
-#pragma unroll
-    for (int m = 0; m < kM; ++m) {
-      for (int offset = 16; offset > 0; offset /= 2)
-        acc[r][m] += __shfl_xor_sync(0xffffffffu, acc[r][m], offset);
-    }
-  }
-  __shared__ float partial[kWarpsPerBlock][kRowsPerWarp][kM];
-  if (lane == 0) {
-#pragma unroll
-    for (int r = 0; r < kRowsPerWarp; ++r) {
-#pragma unroll
-      for (int m = 0; m < kM; ++m)
-        partial[warp][r][m] = acc[r][m];
-    }
-  }
-  __syncthreads();
-  if (part != 0 || lane != 0 || !active) return;
-  if constexpr (kPaired) {
-    store_paired<kM>(acc, partial, warp, first_row, n, out, epilogue);
-  } else {
-#pragma unroll
-    for (int r = 0; r < kRowsPerWarp; ++r) {
-#pragma unroll
-      for (int m = 0; m < kM; ++m) {
-        float v = acc[r][m];
-        for (int p = 1; p < kSplits; ++p)
-          v += partial[warp + p][r][m];
-        if (first_row + r < n) {
-          v = epilogue(v, m, first_row + r);
-          if constexpr (sizeof(Out) == 4) {
-            out[m * n + first_row + r] = v;
-          } else {
-            out[m * n + first_row + r] = __float2bfloat16(v);
-          }
-        }
-      }
-    }
-  }
+  reduce_and_store<kM>(acc, first_row, n, active, out, epilogue);
 }
 
 // The tensor-core form, for up to 8 rows of x: m16n8k16 bf16 products (f32 accumulate) with 8

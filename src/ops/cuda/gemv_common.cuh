@@ -90,8 +90,6 @@ __device__ __forceinline__ void store_paired(
 // Sums each (row, x row) accumulator over the lanes and over the kSplits warps that share the
 // rows, and writes out[m * n + first_row + r] (f32 or bf16) as `epilogue` says. Every thread of
 // the block calls it.
-// (gemv.cu keeps its own copy of these lines: calling this changes its machine code, so adopting
-// it there waits for an old-against-new timing run.)
 template <int kM, typename Out, typename Epilogue>
 __device__ __forceinline__ void reduce_and_store(float (&acc)[kRowsPerWarp][kM], int first_row,
                                                  int n, bool active, Out* out,
