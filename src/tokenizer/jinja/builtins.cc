@@ -161,7 +161,7 @@ std::string join_strings(const std::string& what, const std::string& separator,
   for (size_t i = 0; i < items->as_array().size(); ++i) {
     const Value& item = items->as_array()[i];
     if (!item.is_string()) fail_render("{}: item {} is {}, not a string", what, i, type_name(item));
-    charge_work(separator.size() + item.as_string().size());  // as it grows, not once it has
+    charge_work((i > 0 ? separator.size() : 0) + item.as_string().size());  // as it grows
     if (i > 0) out += separator;
     out += item.as_string();
   }
@@ -207,7 +207,7 @@ Value string_method(const std::string& what, const std::string& text, std::strin
   }
   if (name == "join") {
     Params p(what, args, {"iterable"});
-    return Value::string(join_strings(what, text, p.get(0)));
+    return Value::charged_string(join_strings(what, text, p.get(0)));
   }
   fail_render("unsupported method '{}' on string", name);
 }

@@ -212,7 +212,7 @@ Value filter_join(const std::string& what, const Value& v, CallArgs& args) {
     charge_work(piece.size());
     out += piece;
   }
-  return Value::string(std::move(out));
+  return Value::charged_string(std::move(out));
 }
 
 Value filter_length(const std::string& what, const Value& v, CallArgs& args) {

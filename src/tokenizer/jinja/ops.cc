@@ -164,7 +164,7 @@ Value float_op(BinaryOp op, double a, double b) {
 // at the allocator.
 Value concat(const std::string& a, const std::string& b) {
   charge_work(a.size() + b.size());
-  return Value::string(a + b);
+  return Value::charged_string(a + b);
 }
 
 Value repeat(const std::string& text, int64_t count) {

@@ -102,8 +102,10 @@ class Value {
   static Value number(double d) { return make<double>(d); }
   static Value string(std::string s) {
     charge_work(s.size());
-    return make<std::string>(std::move(s));
+    return charged_string(std::move(s));
   }
+  // A string whose bytes were charged as it was built.
+  static Value charged_string(std::string s) { return make<std::string>(std::move(s)); }
   // Fail with RenderFailure past kMaxValueDepth.
   static Value array(Array a);
   static Value object(Object o);

@@ -346,6 +346,15 @@ TEST(JinjaTest, RunawayTemplatesFailAtTheWorkBudget) {
                error_of("{% macro f(n) %}{% if n > 0 %}{{ f(n - 1) }}{{ f(n - 1) }}{% endif %}"
                         "{% endmacro %}{{ f(60) }}"),
                budget);
+  // A string is charged once, as it is built: each of these builds 224-240 MB of strings, which
+  // fits, and would not if a result were charged again on top of its pieces (or a join charged a
+  // separator before its first item). two_strings sets a to 16 MB and b to 64 MB.
+  const std::string two_strings = "{% set a = 'x' * 16000000 %}{% set b = a ~ a ~ a ~ a %}";
+  EXPECT_EQ(render("{% set a = 'x' * 16000000 %}{% set b = a ~ a %}{% set c = b ~ b %}"
+                   "{{ (c ~ c) | length }}"),
+            "128000000");
+  EXPECT_EQ(render(two_strings + "{{ [b, a] | join('') | length }}"), "80000000");
+  EXPECT_EQ(render(two_strings + "{{ b.join(['p', 'q']) | length }}"), "64000002");
   // An ordinary long conversation is far inside it.
   Json messages = Json::array();
   for (int i = 0; i < 2000; ++i) {
