@@ -38,7 +38,12 @@ gpu_bundle_pack() {
     [ -x "$binary" ] || { echo "not an executable: $binary" >&2; rm -rf "$stage"; return 2; }
     strip --strip-debug -o "$stage/bin/$name" "$binary" || { rm -rf "$stage"; return 1; }
     while read -r lib; do
-      gpu_bundle_system_lib "$lib" || cp -nL "$lib" "$stage/lib/"
+      gpu_bundle_system_lib "$lib" || [ -e "$stage/lib/$(basename "$lib")" ] ||
+        cp -L "$lib" "$stage/lib/" || {
+        echo "cannot copy $lib" >&2
+        rm -rf "$stage"
+        return 1
+      }
     done < <(ldd "$binary" | awk '$2 == "=>" && $3 ~ /^\// { print $3 }')
   done
   local count
