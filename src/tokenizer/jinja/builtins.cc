@@ -198,7 +198,7 @@ Value string_method(const std::string& what, const std::string& text, std::strin
     Params p(what, args, {"old", "new", "count"});
     if (p.string(0) == nullptr || p.string(1) == nullptr)
       fail_render("{} needs old and new strings", what);
-    return Value::string(replace_text(text, *p.string(0), *p.string(1), p.integer(2, -1)));
+    return Value::charged_string(replace_text(text, *p.string(0), *p.string(1), p.integer(2, -1)));
   }
   if (name == "find" || name == "count") {
     Params p(what, args, {"sub"});

@@ -293,7 +293,7 @@ Value filter_replace(const std::string& what, const Value& v, CallArgs& args) {
   const std::string* replacement = p.string(1);
   if (old == nullptr || replacement == nullptr)
     fail_render("filter 'replace' needs old and new strings");
-  return Value::string(replace_text(text, *old, *replacement, p.integer(2, -1)));
+  return Value::charged_string(replace_text(text, *old, *replacement, p.integer(2, -1)));
 }
 
 Value filter_reverse(const std::string& what, const Value& v, CallArgs& args) {

@@ -113,29 +113,35 @@ std::string strip_text(std::string_view text, const std::string* chars, bool lef
 
 std::string replace_text(std::string_view text, std::string_view old, std::string_view replacement,
                          int64_t count) {
+  // Every piece is charged as it is appended, before a hostile pattern's output outgrows memory.
   std::string out;
+  const auto append = [&](std::string_view piece) {
+    charge_work(piece.size());
+    out.append(piece);
+  };
   size_t pos = 0;
   if (old.empty()) {
     // An empty pattern matches before every character and at the end.
     while (count != 0) {
-      charge_work(replacement.size());  // before a hostile pattern's output outgrows memory
-      out.append(replacement);
+      append(replacement);
       --count;
       if (pos >= text.size()) return out;
       size_t length = 0;
       decode_utf8(text, pos, &length);
-      out.append(text.substr(pos, length));
+      append(text.substr(pos, length));
       pos += length;
     }
-    return out.append(text.substr(pos));
+    append(text.substr(pos));
+    return out;
   }
   for (size_t found; count != 0 && (found = text.find(old, pos)) != std::string_view::npos;
        --count) {
-    charge_work(replacement.size());
-    out.append(text.substr(pos, found - pos)).append(replacement);
+    append(text.substr(pos, found - pos));
+    append(replacement);
     pos = found + old.size();
   }
-  return out.append(text.substr(pos));
+  append(text.substr(pos));
+  return out;
 }
 
 std::string title_text(std::string_view text) {

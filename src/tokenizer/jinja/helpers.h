@@ -41,7 +41,8 @@ Value get_attribute_path(const Value& item, std::string_view path);
 // Python's str.strip(chars); without `chars`, JavaScript whitespace as the reference renderer
 // strips it.
 std::string strip_text(std::string_view text, const std::string* chars, bool left, bool right);
-// Python's str.replace; a negative count replaces every occurrence.
+// Python's str.replace; a negative count replaces every occurrence. The result's bytes are charged
+// to the render's work as it grows (Value::charged_string takes it).
 std::string replace_text(std::string_view text, std::string_view old, std::string_view replacement,
                          int64_t count);
 // The reference renderer's title(): uppercase each ASCII letter that starts a word; the rest of

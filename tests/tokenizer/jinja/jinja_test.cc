@@ -348,13 +348,16 @@ TEST(JinjaTest, RunawayTemplatesFailAtTheWorkBudget) {
                budget);
   // A string is charged once, as it is built: each of these builds 224-240 MB of strings, which
   // fits, and would not if a result were charged again on top of its pieces (or a join charged a
-  // separator before its first item). two_strings sets a to 16 MB and b to 64 MB.
+  // separator before its first item, or a replace its replacements twice). two_strings sets a to
+  // 16 MB and b to 64 MB.
   const std::string two_strings = "{% set a = 'x' * 16000000 %}{% set b = a ~ a ~ a ~ a %}";
   EXPECT_EQ(render("{% set a = 'x' * 16000000 %}{% set b = a ~ a %}{% set c = b ~ b %}"
                    "{{ (c ~ c) | length }}"),
             "128000000");
   EXPECT_EQ(render(two_strings + "{{ [b, a] | join('') | length }}"), "80000000");
   EXPECT_EQ(render(two_strings + "{{ b.join(['p', 'q']) | length }}"), "64000002");
+  EXPECT_EQ(render(two_strings + "{{ a | replace('x', 'yyyy') | length }}"), "64000000");
+  EXPECT_EQ(render(two_strings + "{{ a.replace('x', 'yyyy') | length }}"), "64000000");
   // An ordinary long conversation is far inside it.
   Json messages = Json::array();
   for (int i = 0; i < 2000; ++i) {
