@@ -172,18 +172,23 @@ Value filter_indent(const std::string& what, const Value& v, CallArgs& args) {
     padding.assign(n, ' ');
   }
   const bool first = p.flag(1, false), blank = p.flag(2, false);
+  // Charged as it grows: padding on every line of a long text multiplies it.
   std::string out;
+  const auto append = [&](std::string_view piece) {
+    charge_work(piece.size());
+    out += piece;
+  };
   size_t start = 0;
   for (size_t line = 0;; ++line) {
     const size_t end = text.find('\n', start);
     const std::string_view piece = std::string_view(text).substr(start, end - start);
-    if (line > 0) out += '\n';
-    if ((line > 0 || first) && (!piece.empty() || blank)) out += padding;
-    out += piece;
+    if (line > 0) append("\n");
+    if ((line > 0 || first) && (!piece.empty() || blank)) append(padding);
+    append(piece);
     if (end == std::string::npos) break;
     start = end + 1;
   }
-  return Value::string(std::move(out));
+  return Value::charged_string(std::move(out));
 }
 
 Value filter_items(const std::string& what, const Value& v, CallArgs& args) {

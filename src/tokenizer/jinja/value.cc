@@ -351,9 +351,15 @@ std::string to_json_at(const Value& v, const JsonOptions& options, int depth) {
   const std::string child_padding = base_padding + std::string(indent, ' ');
 
   std::vector<std::string> parts;
+  // Padding and separators are charged as they are written too: they repeat on every item.
+  const auto padding = [&]() -> std::string_view {
+    if (!indent) return {};
+    charge_work(child_padding.size());
+    return child_padding;
+  };
   if (v.is_array()) {
     for (const Value& item : v.as_array()) {
-      parts.push_back((indent ? child_padding : "") + to_json_at(item, options, depth + 1));
+      parts.push_back(std::string(padding()) + to_json_at(item, options, depth + 1));
     }
   } else {
     Object members = v.is_object() ? v.as_object() : v.as_namespace().attributes;
@@ -362,14 +368,18 @@ std::string to_json_at(const Value& v, const JsonOptions& options, int depth) {
                        [](const auto& a, const auto& b) { return a.first < b.first; });
     }
     for (const auto& [key, item] : members) {
-      parts.push_back((indent ? child_padding : "") + json_quote(key, options.ensure_ascii) +
+      charge_work(key_separator.size());
+      parts.push_back(std::string(padding()) + json_quote(key, options.ensure_ascii) +
                       key_separator + to_json_at(item, options, depth + 1));
     }
   }
   const bool is_array = v.is_array();
   std::string out = is_array ? "[" : "{";
   for (size_t i = 0; i < parts.size(); ++i) {
-    if (i > 0) out += item_separator;
+    if (i > 0) {
+      charge_work(item_separator.size());
+      out += item_separator;
+    }
     out += parts[i];
   }
   if (indent && !parts.empty()) out += base_padding;

@@ -346,6 +346,19 @@ TEST(JinjaTest, RunawayTemplatesFailAtTheWorkBudget) {
                error_of("{% macro f(n) %}{% if n > 0 %}{{ f(n - 1) }}{{ f(n - 1) }}{% endif %}"
                         "{% endmacro %}{{ f(60) }}"),
                budget);
+  // Output that multiplies its input is charged as it grows, before it is whole: 16 MB of lines
+  // indented by 1 KB each (17 GB), or by a 16 MB string; a JSON list whose items repeat a long
+  // padding or separator.
+  EXPECT_PRED2(holds, error_of("{{ ('\n' * 16000000) | indent(1024, true, true) | length }}"),
+               budget);
+  EXPECT_PRED2(holds, error_of("{{ ('\n' * 1000) | indent('x' * 16000000, true, true) | length }}"),
+               budget);
+  EXPECT_PRED2(holds, error_of("{{ range(300000) | list | tojson(indent=1024) | length }}"),
+               budget);
+  EXPECT_PRED2(holds,
+               error_of("{{ range(100000) | list | tojson(separators=['x' * 16000000, ':']) | "
+                        "length }}"),
+               budget);
   // A string is charged once, as it is built: each of these builds 224-240 MB of strings, which
   // fits, and would not if a result were charged again on top of its pieces (or a join charged a
   // separator before its first item, or a replace its replacements twice). two_strings sets a to
