@@ -80,7 +80,10 @@ Value filter_batch(const std::string& what, const Value& v, CallArgs& args) {
       rows.push_back(Value::array(std::exchange(row, {})));
   }
   if (!row.empty()) {
-    while (fill != nullptr && !fill->is_none() && static_cast<int64_t>(row.size()) < size) {
+    const bool fills = fill != nullptr && !fill->is_none();
+    // Charged before the last row grows: the line count may be any size.
+    if (fills) charge_work(static_cast<uint64_t>(size) - row.size());
+    while (fills && static_cast<int64_t>(row.size()) < size) {
       row.push_back(*fill);
     }
     rows.push_back(Value::array(std::move(row)));

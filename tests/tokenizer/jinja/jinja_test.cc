@@ -355,6 +355,7 @@ TEST(JinjaTest, RunawayTemplatesFailAtTheWorkBudget) {
                budget);
   EXPECT_PRED2(holds, error_of("{{ range(300000) | list | tojson(indent=1024) | length }}"),
                budget);
+  EXPECT_PRED2(holds, error_of("{{ [1] | batch(1000000000000, 'x') | length }}"), budget);
   EXPECT_PRED2(holds,
                error_of("{{ range(100000) | list | tojson(separators=['x' * 16000000, ':']) | "
                         "length }}"),
