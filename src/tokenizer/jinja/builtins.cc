@@ -95,7 +95,13 @@ const std::unordered_map<std::string_view, TestDef>& test_table() {
 // ---- Methods ----
 
 Array split_text(std::string_view text, const std::string* separator, int64_t max_split) {
+  // Each part is charged as it is added (its bytes and its place in the list), before the list
+  // is whole: a long string split at every byte makes many small values.
   Array parts;
+  const auto add = [&](std::string_view part) {
+    charge_work(kItemWork);
+    parts.push_back(Value::string(std::string(part)));
+  };
   auto limit_reached = [&] {
     return max_split >= 0 && static_cast<int64_t>(parts.size()) >= max_split;
   };
@@ -104,7 +110,7 @@ Array split_text(std::string_view text, const std::string* separator, int64_t ma
     size_t pos = js_space_length(text, 0);
     while (pos < text.size()) {
       if (limit_reached()) {
-        parts.push_back(Value::string(std::string(text.substr(pos))));
+        add(text.substr(pos));
         break;
       }
       size_t end = pos;
@@ -113,7 +119,7 @@ Array split_text(std::string_view text, const std::string* separator, int64_t ma
         decode_utf8(text, end, &length);
         end += length;
       }
-      parts.push_back(Value::string(std::string(text.substr(pos, end - pos))));
+      add(text.substr(pos, end - pos));
       pos = end + js_space_length(text, end);
     }
     return parts;
@@ -121,7 +127,7 @@ Array split_text(std::string_view text, const std::string* separator, int64_t ma
   if (separator->empty()) fail_render("split(): empty separator");
   for (size_t pos = 0;;) {
     const size_t found = limit_reached() ? std::string_view::npos : text.find(*separator, pos);
-    parts.push_back(Value::string(std::string(text.substr(pos, found - pos))));
+    add(text.substr(pos, found - pos));
     if (found == std::string_view::npos) return parts;
     pos = found + separator->size();
   }

@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "tokenizer/jinja/builtins.h"
+#include "tokenizer/jinja/helpers.h"
 #include "tokenizer/jinja/ops.h"
 #include "tokenizer/jinja/text.h"
 
@@ -132,7 +133,7 @@ class Interpreter {
       }
       case Value::Kind::kString: {
         Array chars;
-        for (std::string& c : split_code_points(iterable.as_string())) {
+        for (std::string& c : code_points(iterable.as_string())) {
           chars.push_back(Value::string(std::move(c)));
         }
         return chars;

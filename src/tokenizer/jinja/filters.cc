@@ -29,7 +29,7 @@ std::string stringify(const Value& v) {
 
 Array code_point_values(std::string_view text) {
   Array out;
-  for (std::string& c : split_code_points(text))
+  for (std::string& c : code_points(text))
     out.push_back(Value::string(std::move(c)));
   return out;
 }

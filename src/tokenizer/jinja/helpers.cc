@@ -95,8 +95,8 @@ std::string strip_text(std::string_view text, const std::string* chars, bool lef
     if (right) text = trim_end(text);
     return std::string(text);
   }
-  const std::vector<std::string> set = split_code_points(*chars);
-  std::vector<std::string> points = split_code_points(text);
+  const std::vector<std::string> set = code_points(*chars);
+  std::vector<std::string> points = code_points(text);
   auto in_set = [&](const std::string& c) {
     return std::find(set.begin(), set.end(), c) != set.end();
   };
@@ -109,6 +109,11 @@ std::string strip_text(std::string_view text, const std::string* chars, bool lef
   for (size_t i = begin; i < end; ++i)
     out += points[i];
   return out;
+}
+
+std::vector<std::string> code_points(std::string_view text) {
+  charge_work(text.size() * sizeof(std::string));
+  return split_code_points(text);
 }
 
 std::string replace_text(std::string_view text, std::string_view old, std::string_view replacement,

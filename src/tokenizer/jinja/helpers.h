@@ -41,6 +41,9 @@ Value get_attribute_path(const Value& item, std::string_view path);
 // Python's str.strip(chars); without `chars`, JavaScript whitespace as the reference renderer
 // strips it.
 std::string strip_text(std::string_view text, const std::string* chars, bool left, bool right);
+// The code points of `text`, one string each, charged to the render as the memory they take (a
+// string a byte at most): indexing, slicing or iterating a long string splits all of it.
+std::vector<std::string> code_points(std::string_view text);
 // Python's str.replace; a negative count replaces every occurrence. The result's bytes are charged
 // to the render's work as it grows (Value::charged_string takes it).
 std::string replace_text(std::string_view text, std::string_view old, std::string_view replacement,

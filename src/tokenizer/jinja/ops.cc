@@ -4,6 +4,7 @@
 #include <cmath>
 #include <optional>
 
+#include "tokenizer/jinja/helpers.h"
 #include "tokenizer/jinja/text.h"
 
 namespace pagoda::jinja {
@@ -278,7 +279,7 @@ Value get_item(const Value& object, const Value& key) {
       const int64_t index = key.as_int() < 0 ? key.as_int() + size : key.as_int();
       return index >= 0 && index < size ? items[index] : Value();
     }
-    const std::vector<std::string> chars = split_code_points(object.as_string());
+    const std::vector<std::string> chars = code_points(object.as_string());
     const int64_t size = static_cast<int64_t>(chars.size());
     const int64_t index = key.as_int() < 0 ? key.as_int() + size : key.as_int();
     return index >= 0 && index < size ? Value::string(chars[index]) : Value();
@@ -300,7 +301,7 @@ Value slice(const Value& object, const Value& start, const Value& stop, const Va
   if (stride == 0) fail_render("slice step cannot be zero");
 
   std::vector<std::string> chars;
-  if (object.is_string()) chars = split_code_points(object.as_string());
+  if (object.is_string()) chars = code_points(object.as_string());
   const int64_t size = object.is_array() ? static_cast<int64_t>(object.as_array().size())
                                          : static_cast<int64_t>(chars.size());
   // Python's slice index adjustment.

@@ -60,14 +60,14 @@ RenderBudget::~RenderBudget() {
 }
 
 Value Value::array(Array a) {
-  charge_work(a.size());
+  charge_work(a.size() * kItemWork);
   const int depth = nested_depth(
       a, [](const Value& v) -> const Value& { return v; }, "lists");
   return make<ArrayPtr>(std::make_shared<const Nested<Array>>(Nested<Array>{std::move(a), depth}));
 }
 
 Value Value::object(Object o) {
-  charge_work(o.size());
+  charge_work(o.size() * kMemberWork);
   const int depth = nested_depth(
       o, [](const std::pair<std::string, Value>& m) -> const Value& { return m.second; }, "dicts");
   return make<ObjectPtr>(

@@ -60,7 +60,8 @@ struct Namespace {
 inline constexpr int kMaxValueDepth = 512;
 
 // The work one render may do (RenderBudget), charged as it goes: bytes of every string made or
-// written out, elements of every list and dict, and kStepWork for each loop iteration and call.
+// written out, of every list and dict element (its own size: kItemWork, kMemberWork), and
+// kStepWork for each loop iteration and call.
 // A template that would run or grow without end (loops nested past reason, a string doubled in a
 // loop) fails with RenderFailure instead. Work outside a render is not counted.
 inline constexpr uint64_t kStepWork = 256;
@@ -169,6 +170,11 @@ class Value {
 
   Data data_;
 };
+
+// What a list element and a dict member are charged: their bytes, so that lists of many small
+// values (a long string split at every byte) count the memory they take.
+inline constexpr uint64_t kItemWork = sizeof(Value);
+inline constexpr uint64_t kMemberWork = sizeof(std::pair<std::string, Value>);
 
 const char* type_name(const Value& v);
 const Value* find_member(const Object& object, std::string_view key);

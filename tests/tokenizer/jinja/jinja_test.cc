@@ -356,6 +356,14 @@ TEST(JinjaTest, RunawayTemplatesFailAtTheWorkBudget) {
   EXPECT_PRED2(holds, error_of("{{ range(300000) | list | tojson(indent=1024) | length }}"),
                budget);
   EXPECT_PRED2(holds, error_of("{{ [1] | batch(1000000000000, 'x') | length }}"), budget);
+  // Many small values count the memory they take: a long string split at every byte, or split
+  // into its code points again for every index into it.
+  EXPECT_PRED2(holds, error_of("{{ (',' * 16000000).split(',') | length }}"), budget);
+  EXPECT_PRED2(holds,
+               error_of("{% set s = 'x' * 16000000 %}{% for i in range(1000000) %}{{ s[5] }}"
+                        "{% endfor %}"),
+               budget);
+  EXPECT_PRED2(holds, error_of("{{ ('x' * 16000000) | list | length }}"), budget);
   EXPECT_PRED2(holds,
                error_of("{{ range(100000) | list | tojson(separators=['x' * 16000000, ':']) | "
                         "length }}"),
