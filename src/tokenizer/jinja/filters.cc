@@ -492,6 +492,7 @@ Value filter_unique(const std::string& what, const Value& v, CallArgs& args) {
   for (const Value& item : require_sequence(what, v, storage)) {
     Value key = keyed(item, attribute);
     if (!case_sensitive && key.is_string()) key = Value::string(ascii_lower(key.as_string()));
+    charge_work(seen.size());  // a comparison with each kept key
     if (std::none_of(seen.begin(), seen.end(),
                      [&](const Value& s) { return strict_equals(s, key); })) {
       seen.push_back(std::move(key));

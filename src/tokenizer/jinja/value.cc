@@ -87,6 +87,7 @@ const void* Value::identity() const {
 }
 
 const Value* find_member(const Object& object, std::string_view key) {
+  charge_work(object.size());  // a scan: a long dict looked up in a loop is work
   for (const auto& [name, value] : object) {
     if (name == key) return &value;
   }
@@ -94,6 +95,7 @@ const Value* find_member(const Object& object, std::string_view key) {
 }
 
 void set_member(Object& object, std::string_view key, Value value) {
+  charge_work(object.size());  // a scan, as find_member's
   for (auto& [name, member] : object) {
     if (name == key) {
       member = std::move(value);

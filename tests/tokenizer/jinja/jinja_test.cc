@@ -364,6 +364,17 @@ TEST(JinjaTest, RunawayTemplatesFailAtTheWorkBudget) {
                         "{% endfor %}"),
                budget);
   EXPECT_PRED2(holds, error_of("{{ ('x' * 16000000) | list | length }}"), budget);
+  // Work that grows with the square of a list: unique's comparisons, a dict built one member at
+  // a time, a long dict looked up in a loop.
+  EXPECT_PRED2(holds, error_of("{{ range(1000000) | unique | list | length }}"), budget);
+  Json big = Json::object();
+  for (int i = 0; i < 200000; ++i)
+    big["k" + std::to_string(i)] = i;
+  EXPECT_PRED2(holds, error_of("{{ dict(big | items) | length }}", {{"big", big}}), budget);
+  EXPECT_PRED2(
+      holds, error_of("{% for i in range(1000000) %}{{ big.k199999 }}{% endfor %}", {{"big", big}}),
+      budget);
+  EXPECT_EQ(render("{{ dict(big | items) | length }}", {{"big", Json{{"a", 1}, {"b", 2}}}}), "2");
   EXPECT_PRED2(holds,
                error_of("{{ range(100000) | list | tojson(separators=['x' * 16000000, ':']) | "
                         "length }}"),
