@@ -3,6 +3,8 @@
 #include <filesystem>
 #include <fstream>
 #include <system_error>
+#include <utility>
+#include <vector>
 
 #include "core/error.h"
 
@@ -78,6 +80,31 @@ void check_json_depth(std::string_view text, std::string_view what) {
       }
     } else if (c == ']' || c == '}') {
       --depth;  // unbalanced brackets are the parser's to report
+    }
+  }
+}
+
+void check_json_members(std::string_view text, std::string_view what, int64_t max_members) {
+  // Per open bracket: whether it is an object, and the commas seen directly inside it.
+  std::vector<std::pair<bool, int64_t>> open;
+  bool in_string = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\') {
+        ++i;  // the escaped character, a quote included
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      open.emplace_back(c == '{', 0);
+    } else if (c == ']' || c == '}') {
+      if (!open.empty()) open.pop_back();  // unbalanced brackets are the parser's to report
+    } else if (c == ',' && !open.empty() && open.back().first &&
+               ++open.back().second >= max_members) {
+      fail("{}: a JSON object has more than {} members (at byte {})", what, max_members, i);
     }
   }
 }

@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
+#include <type_traits>
 
 namespace pagoda {
 
@@ -30,6 +31,13 @@ inline constexpr int kMaxJsonDepth = 256;
 // Error, saying that `what` nests deeper than kMaxJsonDepth, when `text` does; brackets inside
 // strings do not count. Meant to run before parsing: one pass over the bytes, no allocation.
 void check_json_depth(std::string_view text, std::string_view what);
+// How many members an object parsed as nlohmann::ordered_json (requests, prompt files) may hold:
+// its insertion looks for an equal key member by member, so n members cost n² / 2 comparisons
+// (50 000 members, half a megabyte of request body, took 4 seconds).
+inline constexpr int64_t kMaxOrderedJsonMembers = 4096;
+// Error, saying that `what` has an object of more than `max_members` members, when `text` does;
+// what is inside strings does not count. One pass over the bytes, after check_json_depth.
+void check_json_members(std::string_view text, std::string_view what, int64_t max_members);
 // What went wrong in parsing JSON (a syntax error, or a number that does not fit), in a message
 // cut short: the parser quotes the input it stopped at.
 std::string describe_json_error(const nlohmann::json::exception& error);
@@ -39,6 +47,9 @@ std::string describe_json_error(const nlohmann::json::exception& error);
 template <typename Json = nlohmann::json>
 Json parse_json_text(std::string_view text, std::string_view what) {
   check_json_depth(text, what);
+  if constexpr (std::is_same_v<Json, nlohmann::ordered_json>) {
+    check_json_members(text, what, kMaxOrderedJsonMembers);
+  }
   try {
     return Json::parse(text);
   } catch (const nlohmann::json::exception& error) {

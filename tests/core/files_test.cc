@@ -43,6 +43,37 @@ TEST(JsonDepthTest, CountsOnlyStructure) {
   EXPECT_THROW(check_json_depth(mixed, "x"), Error);
 }
 
+std::string object_of(int members) {
+  std::string text = "{";
+  for (int i = 0; i < members; ++i)
+    text += (i > 0 ? ", \"k" : "\"k") + std::to_string(i) + "\": [1, 2, \"a,b\"]";
+  return text + "}";
+}
+
+// An ordered_json object takes at most kMaxOrderedJsonMembers members (its parse is quadratic in
+// them); commas in arrays, in strings and in nested objects count for those alone, and the plain
+// parse takes any number.
+TEST(JsonMembersTest, OrderedObjectsHaveABoundedSize) {
+  using Ordered = nlohmann::ordered_json;
+  EXPECT_EQ(parse_json_text<Ordered>(object_of(kMaxOrderedJsonMembers), "x").size(),
+            static_cast<size_t>(kMaxOrderedJsonMembers));
+  try {
+    parse_json_text<Ordered>("[1, {\"a\": " + object_of(kMaxOrderedJsonMembers + 1) + "}]",
+                             "the body");
+    ADD_FAILURE() << "accepted";
+  } catch (const Error& error) {
+    const std::string message = error.what();
+    EXPECT_NE(message.find("the body"), std::string::npos) << message;
+    EXPECT_NE(message.find("more than 4096 members"), std::string::npos) << message;
+  }
+  // Two objects of the limit side by side, one inside the other.
+  const std::string inner = object_of(kMaxOrderedJsonMembers - 1);
+  EXPECT_NO_THROW(parse_json_text<Ordered>(
+      "{\"x\": " + inner + ", " + object_of(kMaxOrderedJsonMembers - 1).substr(1), "x"));
+  EXPECT_EQ(parse_json_text<nlohmann::json>(object_of(kMaxOrderedJsonMembers + 1), "x").size(),
+            static_cast<size_t>(kMaxOrderedJsonMembers + 1));
+}
+
 // Text files are read only when they are regular files: a device (a link to /dev/zero) would be
 // read for ever and a FIFO would block the open. None of these may hang or throw anything but
 // Error; path checks never throw at all.
