@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "tokenizer/jinja/text.h"
+#include "tokenizer/unicode.h"
 
 namespace pagoda::jinja {
 
@@ -95,20 +96,32 @@ std::string strip_text(std::string_view text, const std::string* chars, bool lef
     if (right) text = trim_end(text);
     return std::string(text);
   }
+  // The text is walked in place, not split: only its ends are cut. Each test of a code point
+  // against the set is charged, as a hostile set may be long.
   const std::vector<std::string> set = code_points(*chars);
-  std::vector<std::string> points = code_points(text);
-  auto in_set = [&](const std::string& c) {
-    return std::find(set.begin(), set.end(), c) != set.end();
+  const auto in_set = [&](size_t pos, size_t next) {
+    charge_work(set.size());
+    return std::find(set.begin(), set.end(), text.substr(pos, next - pos)) != set.end();
   };
-  size_t begin = 0, end = points.size();
-  while (left && begin < end && in_set(points[begin]))
-    ++begin;
-  while (right && end > begin && in_set(points[end - 1]))
-    --end;
-  std::string out;
-  for (size_t i = begin; i < end; ++i)
-    out += points[i];
-  return out;
+  size_t begin = 0;
+  while (left && begin < text.size()) {
+    size_t next = begin;
+    next_code_point(text, next);
+    if (!in_set(begin, next)) break;
+    begin = next;
+  }
+  size_t end = text.size();
+  if (right) {
+    // Past the last code point outside the set.
+    end = begin;
+    for (size_t pos = begin; pos < text.size();) {
+      size_t next = pos;
+      next_code_point(text, next);
+      if (!in_set(pos, next)) end = next;
+      pos = next;
+    }
+  }
+  return std::string(text.substr(begin, end - begin));
 }
 
 std::vector<std::string> code_points(std::string_view text) {

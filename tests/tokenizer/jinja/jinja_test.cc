@@ -241,6 +241,9 @@ TEST(JinjaTest, StringMethods) {
             "[a][a  ][  a]");
   // With characters, as Python's str.strip: only those characters go.
   EXPECT_EQ(render("[{{ '\n x \n'.strip('\n') }}][{{ 'xxhixx'.lstrip('x') }}]"), "[ x ][hixx]");
+  EXPECT_EQ(render("[{{ 'éaéé'.strip('é') }}][{{ 'abcba'.rstrip('ab') }}][{{ 'xxx'.strip('x') }}]"
+                   "[{{ 'xxx'.rstrip('x') }}][{{ 'ééa'.lstrip('éa') }}]"),
+            "[a][abc][][][]");
   EXPECT_EQ(render("{{ 'a,b,,c'.split(',') }} {{ '  a  b '.split() }} {{ 'a b c'.split(' ', 1) }}"),
             "[\"a\", \"b\", \"\", \"c\"] [\"a\", \"b\"] [\"a\", \"b c\"]");
   EXPECT_EQ(render("{{ 'abc'.startswith('ab') }} {{ 'abc'.endswith(('x', 'c')) }}"), "true true");
@@ -364,6 +367,7 @@ TEST(JinjaTest, RunawayTemplatesFailAtTheWorkBudget) {
                         "{% endfor %}"),
                budget);
   EXPECT_PRED2(holds, error_of("{{ ('x' * 16000000) | list | length }}"), budget);
+  EXPECT_PRED2(holds, error_of("{% set s = 'ab' * 8000000 %}{{ s.strip(s) | length }}"), budget);
   // Work that grows with the square of a list: unique's comparisons, a dict built one member at
   // a time, a long dict looked up in a loop.
   EXPECT_PRED2(holds, error_of("{{ range(1000000) | unique | list | length }}"), budget);
