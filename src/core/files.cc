@@ -61,8 +61,11 @@ void json_integer_error(const std::string& shown, int64_t min, int64_t max, std:
   fail("{}: {} is not an integer in {}..{}", what, shown, min, max);
 }
 
-void check_json_depth(std::string_view text, std::string_view what) {
-  int depth = 0;
+namespace {
+
+// Calls visit(c, i) for each byte c (at i) of JSON text outside its strings (quotes excluded).
+template <typename Visit>
+void for_each_outside_strings(std::string_view text, Visit&& visit) {
   bool in_string = false;
   for (size_t i = 0; i < text.size(); ++i) {
     const char c = text[i];
@@ -74,31 +77,32 @@ void check_json_depth(std::string_view text, std::string_view what) {
       }
     } else if (c == '"') {
       in_string = true;
-    } else if (c == '[' || c == '{') {
+    } else {
+      visit(c, i);
+    }
+  }
+}
+
+}  // namespace
+
+void check_json_depth(std::string_view text, std::string_view what) {
+  int depth = 0;
+  for_each_outside_strings(text, [&](char c, size_t i) {
+    if (c == '[' || c == '{') {
       if (++depth > kMaxJsonDepth) {
         fail("{}: JSON nested deeper than {} levels (at byte {})", what, kMaxJsonDepth, i);
       }
     } else if (c == ']' || c == '}') {
       --depth;  // unbalanced brackets are the parser's to report
     }
-  }
+  });
 }
 
 void check_json_members(std::string_view text, std::string_view what, int64_t max_members) {
   // Per open bracket: whether it is an object, and the commas seen directly inside it.
   std::vector<std::pair<bool, int64_t>> open;
-  bool in_string = false;
-  for (size_t i = 0; i < text.size(); ++i) {
-    const char c = text[i];
-    if (in_string) {
-      if (c == '\\') {
-        ++i;  // the escaped character, a quote included
-      } else if (c == '"') {
-        in_string = false;
-      }
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '[' || c == '{') {
+  for_each_outside_strings(text, [&](char c, size_t i) {
+    if (c == '[' || c == '{') {
       open.emplace_back(c == '{', 0);
     } else if (c == ']' || c == '}') {
       if (!open.empty()) open.pop_back();  // unbalanced brackets are the parser's to report
@@ -106,7 +110,7 @@ void check_json_members(std::string_view text, std::string_view what, int64_t ma
                ++open.back().second >= max_members) {
       fail("{}: a JSON object has more than {} members (at byte {})", what, max_members, i);
     }
-  }
+  });
 }
 
 }  // namespace pagoda
