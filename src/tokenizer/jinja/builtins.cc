@@ -96,7 +96,8 @@ const std::unordered_map<std::string_view, TestDef>& test_table() {
 
 Array split_text(std::string_view text, const std::string* separator, int64_t max_split) {
   // Each part is charged as it is added (its bytes and its place in the list), before the list
-  // is whole: a long string split at every byte makes many small values.
+  // is whole: a long string split at every byte makes many small values. Value::charged_array
+  // takes the result.
   Array parts;
   const auto add = [&](std::string_view part) {
     charge_work(kItemWork);
@@ -167,9 +168,8 @@ std::string join_strings(const std::string& what, const std::string& separator,
   for (size_t i = 0; i < items->as_array().size(); ++i) {
     const Value& item = items->as_array()[i];
     if (!item.is_string()) fail_render("{}: item {} is {}, not a string", what, i, type_name(item));
-    charge_work((i > 0 ? separator.size() : 0) + item.as_string().size());  // as it grows
-    if (i > 0) out += separator;
-    out += item.as_string();
+    if (i > 0) append_charged(out, separator);  // as it grows
+    append_charged(out, item.as_string());
   }
   return out;
 }
@@ -198,7 +198,7 @@ Value string_method(const std::string& what, const std::string& text, std::strin
   }
   if (name == "split") {
     Params p(what, args, {"sep", "maxsplit"});
-    return Value::array(split_text(text, p.string(0), p.integer(1, -1)));
+    return Value::charged_array(split_text(text, p.string(0), p.integer(1, -1)));
   }
   if (name == "replace") {
     Params p(what, args, {"old", "new", "count"});

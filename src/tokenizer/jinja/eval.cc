@@ -131,13 +131,8 @@ class Interpreter {
           keys.push_back(Value::string(key));
         return keys;
       }
-      case Value::Kind::kString: {
-        Array chars;
-        for (std::string& c : code_points(iterable.as_string())) {
-          chars.push_back(Value::string(std::move(c)));
-        }
-        return chars;
-      }
+      case Value::Kind::kString:
+        return code_point_values(iterable.as_string());
       default:
         fail_render("cannot iterate over {}", type_name(iterable));
     }

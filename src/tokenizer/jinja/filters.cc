@@ -27,13 +27,6 @@ std::string stringify(const Value& v) {
   return to_output(v);
 }
 
-Array code_point_values(std::string_view text) {
-  Array out;
-  for (std::string& c : code_points(text))
-    out.push_back(Value::string(std::move(c)));
-  return out;
-}
-
 // Lists, and what iterating a string, dict or undefined yields in Jinja.
 const Array& require_sequence(std::string_view what, const Value& v, Array& storage) {
   if (v.is_array()) return v.as_array();
@@ -177,10 +170,7 @@ Value filter_indent(const std::string& what, const Value& v, CallArgs& args) {
   const bool first = p.flag(1, false), blank = p.flag(2, false);
   // Charged as it grows: padding on every line of a long text multiplies it.
   std::string out;
-  const auto append = [&](std::string_view piece) {
-    charge_work(piece.size());
-    out += piece;
-  };
+  const auto append = [&](std::string_view piece) { append_charged(out, piece); };
   size_t start = 0;
   for (size_t line = 0;; ++line) {
     const size_t end = text.find('\n', start);
@@ -210,15 +200,10 @@ Value filter_join(const std::string& what, const Value& v, CallArgs& args) {
   const Array& items = require_sequence(what, v, storage);
   std::string out;
   for (size_t i = 0; i < items.size(); ++i) {
-    if (i > 0 && separator != nullptr) {
-      charge_work(separator->size());  // as it grows, not once it has
-      out += *separator;
-    }
+    if (i > 0 && separator != nullptr) append_charged(out, *separator);  // as it grows
     const Value item = keyed(items[i], attribute);
     if (item.is_none() || item.is_undefined()) continue;
-    const std::string piece = to_concat_string(item);
-    charge_work(piece.size());
-    out += piece;
+    append_charged(out, to_concat_string(item));
   }
   return Value::charged_string(std::move(out));
 }

@@ -129,14 +129,18 @@ std::vector<std::string> code_points(std::string_view text) {
   return split_code_points(text);
 }
 
+Array code_point_values(std::string_view text) {
+  Array out;
+  for (std::string& c : code_points(text))
+    out.push_back(Value::string(std::move(c)));
+  return out;
+}
+
 std::string replace_text(std::string_view text, std::string_view old, std::string_view replacement,
                          int64_t count) {
   // Every piece is charged as it is appended, before a hostile pattern's output outgrows memory.
   std::string out;
-  const auto append = [&](std::string_view piece) {
-    charge_work(piece.size());
-    out.append(piece);
-  };
+  const auto append = [&](std::string_view piece) { append_charged(out, piece); };
   size_t pos = 0;
   if (old.empty()) {
     // An empty pattern matches before every character and at the end.

@@ -44,6 +44,8 @@ std::string strip_text(std::string_view text, const std::string* chars, bool lef
 // The code points of `text`, one string each, charged to the render as the memory they take (a
 // string a byte at most): indexing, slicing or iterating a long string splits all of it.
 std::vector<std::string> code_points(std::string_view text);
+// The same as string values: what iterating a string yields.
+Array code_point_values(std::string_view text);
 // Python's str.replace; a negative count replaces every occurrence. The result's bytes are charged
 // to the render's work as it grows (Value::charged_string takes it).
 std::string replace_text(std::string_view text, std::string_view old, std::string_view replacement,

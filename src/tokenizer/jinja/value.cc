@@ -61,6 +61,10 @@ RenderBudget::~RenderBudget() {
 
 Value Value::array(Array a) {
   charge_work(a.size() * kItemWork);
+  return charged_array(std::move(a));
+}
+
+Value Value::charged_array(Array a) {
   const int depth = nested_depth(
       a, [](const Value& v) -> const Value& { return v; }, "lists");
   return make<ArrayPtr>(std::make_shared<const Nested<Array>>(Nested<Array>{std::move(a), depth}));
@@ -378,10 +382,7 @@ std::string to_json_at(const Value& v, const JsonOptions& options, int depth) {
   const bool is_array = v.is_array();
   std::string out = is_array ? "[" : "{";
   for (size_t i = 0; i < parts.size(); ++i) {
-    if (i > 0) {
-      charge_work(item_separator.size());
-      out += item_separator;
-    }
+    if (i > 0) append_charged(out, item_separator);
     out += parts[i];
   }
   if (indent && !parts.empty()) out += base_padding;

@@ -66,6 +66,12 @@ inline constexpr int kMaxValueDepth = 512;
 // loop) fails with RenderFailure instead. Work outside a render is not counted.
 inline constexpr uint64_t kStepWork = 256;
 void charge_work(uint64_t units);
+// out += piece, its bytes charged first: how a string that a render builds piece by piece is
+// charged as it grows (and then taken by Value::charged_string).
+inline void append_charged(std::string& out, std::string_view piece) {
+  charge_work(piece.size());
+  out += piece;
+}
 
 // Makes `limit` units the current thread's budget while it lives.
 class RenderBudget {
@@ -109,6 +115,8 @@ class Value {
   static Value charged_string(std::string s) { return make<std::string>(std::move(s)); }
   // Fail with RenderFailure past kMaxValueDepth.
   static Value array(Array a);
+  // A list whose elements were charged as it was built.
+  static Value charged_array(Array a);
   static Value object(Object o);
   static Value name_space(std::shared_ptr<Namespace> n) { return make<NamespacePtr>(std::move(n)); }
   static Value function(Function f) {
