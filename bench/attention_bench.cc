@@ -447,16 +447,50 @@ void print_verify_table(const Tensor& pool, double copy, std::mt19937& rng) {
   }
 }
 
+// The bf16 decode table (plain pages, with the peer's columns, and pages padded by a quarter);
+// returns the plain pages' times, cell by cell.
+std::vector<double> print_decode_table(const Tensor& pool, double copy, std::mt19937& rng) {
+  const int64_t page_bytes = kBlock * kKvHeads * kHead * 2 * 2;
+  std::string peer_header, peer_rule;
+  if (kPeer == Peer::kFlashInfer) {
+    fmt::print(
+        "FlashInfer: its tensor-core decode (the FA2 paged prefill kernel over one query "
+        "row per sequence, as BatchDecodeWithPagedKVCacheWrapper(use_tensor_cores=True) "
+        "runs it) on the plain pages and block sets; max rel. diff: the largest relative "
+        "L2 distance of its output rows from pagoda's.\n\n");
+    peer_header = " FlashInfer µs | % of copy | pagoda ÷ FlashInfer time | max rel. diff |";
+    peer_rule = "---:|---:|---:|---:|";
+  }
+  fmt::print(
+      "| batch | context | µs | GB/s | % of copy | padded µs | % of copy | padding cost |{}\n",
+      peer_header);
+  fmt::print("|---:|---:|---:|---:|---:|---:|---:|---:|{}\n", peer_rule);
+  std::vector<double> bf16_us;
+  for (int64_t batch : {1, 16, 64, 256}) {
+    for (int64_t context : {512, 1024, 4096, 16384}) {
+      const Result plain =
+          run_case(pool, DType::kBF16, PageOrder::kNhd, 0, batch, context, kPeer, rng);
+      const Result padded = run_case(pool, DType::kBF16, PageOrder::kNhd, page_bytes / 4, batch,
+                                     context, Peer::kNone, rng);
+      bf16_us.push_back(plain.us);
+      fmt::print("| {} | {} | {:.1f} | {:.0f} | {:.1f}% | {:.1f} | {:.1f}% | {:+.1f}% |{}\n", batch,
+                 context, plain.us, plain.bandwidth / 1e9, 100 * plain.bandwidth / copy, padded.us,
+                 100 * padded.bandwidth / copy, 100 * (padded.us / plain.us - 1),
+                 decode_peer_cells(plain, copy));
+    }
+  }
+  return bf16_us;
+}
+
 // With no arguments: the tables. With BATCH CONTEXT [hnd] [fp8]: that one decode case, pagoda
-// alone (for a profiler). With "verify" or "prefill": that table alone. With prefill HEAD BATCH
-// PROMPT [CACHED]: that one prefill case (each prompt after CACHED tokens already in the cache),
-// each CTA shape's time too (a quick comparison, or a profiler's).
+// alone (for a profiler). With "decode", "verify" or "prefill": that table alone. With prefill HEAD
+// BATCH PROMPT [CACHED]: that one prefill case (each prompt after CACHED tokens already in the
+// cache), each CTA shape's time too (a quick comparison, or a profiler's).
 void run(int argc, char** argv) {
   const double copy = bench::copy_bandwidth();
   fmt::print("device-to-device copy: {:.0f} GB/s (read + write)\n\n", copy / 1e9);
   const Tensor pool = Tensor::empty({kPoolBytes}, DType::kU8, Device::cuda(0));
   fill_random(pool.reinterpret(DType::kBF16), 7);
-  const int64_t page_bytes = kBlock * kKvHeads * kHead * 2 * 2;
   std::mt19937 rng(1);
   if (argc == 2 && std::string(argv[1]) == "verify") {
     print_verify_table(pool, copy, rng);
@@ -493,34 +527,11 @@ void run(int argc, char** argv) {
                r.us, 100 * r.bandwidth / copy);
     return;
   }
-  std::string peer_header, peer_rule;
-  if (kPeer == Peer::kFlashInfer) {
-    fmt::print(
-        "FlashInfer: its tensor-core decode (the FA2 paged prefill kernel over one query "
-        "row per sequence, as BatchDecodeWithPagedKVCacheWrapper(use_tensor_cores=True) "
-        "runs it) on the plain pages and block sets; max rel. diff: the largest relative "
-        "L2 distance of its output rows from pagoda's.\n\n");
-    peer_header = " FlashInfer µs | % of copy | pagoda ÷ FlashInfer time | max rel. diff |";
-    peer_rule = "---:|---:|---:|---:|";
+  if (argc == 2 && std::string(argv[1]) == "decode") {
+    print_decode_table(pool, copy, rng);
+    return;
   }
-  fmt::print(
-      "| batch | context | µs | GB/s | % of copy | padded µs | % of copy | padding cost |{}\n",
-      peer_header);
-  fmt::print("|---:|---:|---:|---:|---:|---:|---:|---:|{}\n", peer_rule);
-  std::vector<double> bf16_us;
-  for (int64_t batch : {1, 16, 64, 256}) {
-    for (int64_t context : {512, 1024, 4096, 16384}) {
-      const Result plain =
-          run_case(pool, DType::kBF16, PageOrder::kNhd, 0, batch, context, kPeer, rng);
-      const Result padded = run_case(pool, DType::kBF16, PageOrder::kNhd, page_bytes / 4, batch,
-                                     context, Peer::kNone, rng);
-      bf16_us.push_back(plain.us);
-      fmt::print("| {} | {} | {:.1f} | {:.0f} | {:.1f}% | {:.1f} | {:.1f}% | {:+.1f}% |{}\n", batch,
-                 context, plain.us, plain.bandwidth / 1e9, 100 * plain.bandwidth / copy, padded.us,
-                 100 * padded.bandwidth / copy, 100 * (padded.us / plain.us - 1),
-                 decode_peer_cells(plain, copy));
-    }
-  }
+  const std::vector<double> bf16_us = print_decode_table(pool, copy, rng);
   // e4m3 pages: half the bytes of the bf16 table's, against its times.
   fill_random(pool.reinterpret(DType::kF8E4M3), 7);
   fmt::print("\ne4m3 pages (--kv-cache-dtype fp8), against the bf16 pages above:\n\n");
