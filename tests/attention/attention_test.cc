@@ -45,6 +45,9 @@ struct AttentionCase {
   int64_t verify_seqs = 0;    // the first ones decode all their new rows (a token and its drafts)
   int64_t padded_rows = 0;    // rows past num_actual_tokens
   int64_t graph_max_len = 0;  // > 0: a CUDA graph's step, for sequences of at most this many
+  // Every byte of the pool before the sequences' tokens are written: what slots no token has
+  // written hold (0xff: bf16 and f32 NaNs).
+  uint8_t fill = 0x5a;
   // Under decode context parallelism, the rank whose share of each sequence's tokens the cache
   // holds (at their local slots) and the attention sees; the masks use global positions.
   ContextShard context;
@@ -181,7 +184,7 @@ TEST_P(AttentionTest, MatchesDenseAttention) {
   // The case's page order: backends read pages through the view's strides.
   const PagedAttentionBackend layout("layout", c.order, {});
   const Tensor buffer = Tensor::empty({num_blocks * c.slots * slot_bytes}, DType::kU8);
-  std::memset(buffer.raw_data(), 0x5a, buffer.numel());
+  std::memset(buffer.raw_data(), c.fill, buffer.numel());
   const KvCacheView host_cache = reshape_kv_cache(buffer, layout, page, num_blocks, placement);
 
   // Blocks in a shuffled order, so block tables are not the identity.
@@ -473,6 +476,18 @@ std::vector<AttentionCase> cases() {
   all.push_back(c);
   c = llama("many decodes", kManyDecodes);
   c.padded_rows = 2;
+  all.push_back(c);
+  // Slots no token has written hold NaNs: neither the keys past a sequence's end in its last
+  // page nor rows a kernel stages and masks may reach an output.
+  c = llama("nan-filled pages", kMixed);
+  c.fill = 0xff;
+  all.push_back(c);
+  c = llama("nan-filled sliding 256", kMixed);
+  c.q_heads = 8;
+  c.kv_heads = 2;
+  c.head_k = c.head_v = 256;
+  c.window = 100;
+  c.fill = 0xff;
   all.push_back(c);
   c = llama("padded pages 128", kMixed);
   c.padding_bytes = 4096;
