@@ -136,6 +136,34 @@ Array code_point_values(std::string_view text) {
   return out;
 }
 
+CodePoints::CodePoints(std::string_view text) : text_(text) {
+  charge_work(text.size());
+  if (std::all_of(text.begin(), text.end(), [](char c) { return (c & 0x80) == 0; })) return;
+  charge_work(text.size() * sizeof(uint32_t));
+  starts_.reserve(text.size() + 1);
+  for (size_t pos = 0; pos < text.size();) {
+    starts_.push_back(static_cast<uint32_t>(pos));
+    next_code_point(text, pos);
+  }
+  starts_.push_back(static_cast<uint32_t>(text.size()));
+}
+
+int64_t CodePoints::size() const {
+  return static_cast<int64_t>(starts_.empty() ? text_.size() : starts_.size() - 1);
+}
+
+size_t CodePoints::offset(int64_t index) const {
+  return starts_.empty() ? static_cast<size_t>(index) : starts_[index];
+}
+
+std::string_view CodePoints::at(int64_t index) const {
+  return span(index, index + 1);
+}
+
+std::string_view CodePoints::span(int64_t from, int64_t to) const {
+  return text_.substr(offset(from), offset(to) - offset(from));
+}
+
 std::string replace_text(std::string_view text, std::string_view old, std::string_view replacement,
                          int64_t count) {
   // Every piece is charged as it is appended, before a hostile pattern's output outgrows memory.

@@ -42,10 +42,26 @@ Value get_attribute_path(const Value& item, std::string_view path);
 // strips it.
 std::string strip_text(std::string_view text, const std::string* chars, bool left, bool right);
 // The code points of `text`, one string each, charged to the render as the memory they take (a
-// string a byte at most): indexing, slicing or iterating a long string splits all of it.
+// string a byte at most): iterating a long string splits all of it.
 std::vector<std::string> code_points(std::string_view text);
 // The same as string values: what iterating a string yields.
 Array code_point_values(std::string_view text);
+// Where each code point of a text starts, for indexing and slicing it without splitting it: an
+// ASCII text (every byte a code point) needs no table; another keeps 4 bytes a code point. The
+// scan, and any table, are charged to the render's work.
+class CodePoints {
+ public:
+  explicit CodePoints(std::string_view text);
+  int64_t size() const;
+  std::string_view at(int64_t index) const;  // 0 <= index < size()
+  // Code points [from, to) (0 <= from <= to <= size()), as one piece of the text.
+  std::string_view span(int64_t from, int64_t to) const;
+
+ private:
+  size_t offset(int64_t index) const;
+  std::string_view text_;
+  std::vector<uint32_t> starts_;  // empty for ASCII; else each code point's, then text_.size()
+};
 // Python's str.replace; a negative count replaces every occurrence. The result's bytes are charged
 // to the render's work as it grows (Value::charged_string takes it).
 std::string replace_text(std::string_view text, std::string_view old, std::string_view replacement,

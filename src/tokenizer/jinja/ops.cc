@@ -279,10 +279,10 @@ Value get_item(const Value& object, const Value& key) {
       const int64_t index = key.as_int() < 0 ? key.as_int() + size : key.as_int();
       return index >= 0 && index < size ? items[index] : Value();
     }
-    const std::vector<std::string> chars = code_points(object.as_string());
-    const int64_t size = static_cast<int64_t>(chars.size());
+    const CodePoints chars(object.as_string());
+    const int64_t size = chars.size();
     const int64_t index = key.as_int() < 0 ? key.as_int() + size : key.as_int();
-    return index >= 0 && index < size ? Value::string(chars[index]) : Value();
+    return index >= 0 && index < size ? Value::string(std::string(chars.at(index))) : Value();
   }
   if (!key.is_string()) fail_render("cannot index {} with {}", type_name(object), type_name(key));
   const Value* member = object.find(key.as_string());
@@ -300,10 +300,10 @@ Value slice(const Value& object, const Value& start, const Value& stop, const Va
   const int64_t stride = bound(step, "step").value_or(1);
   if (stride == 0) fail_render("slice step cannot be zero");
 
-  std::vector<std::string> chars;
-  if (object.is_string()) chars = code_points(object.as_string());
-  const int64_t size = object.is_array() ? static_cast<int64_t>(object.as_array().size())
-                                         : static_cast<int64_t>(chars.size());
+  std::optional<CodePoints> chars;
+  if (object.is_string()) chars.emplace(object.as_string());
+  const int64_t size =
+      object.is_array() ? static_cast<int64_t>(object.as_array().size()) : chars->size();
   // Python's slice index adjustment.
   auto adjust = [&](std::optional<int64_t> index, int64_t absent) {
     if (!index) return absent;
@@ -312,6 +312,9 @@ Value slice(const Value& object, const Value& start, const Value& stop, const Va
   };
   const int64_t from = adjust(first, stride > 0 ? 0 : size - 1);
   const int64_t to = adjust(last, stride > 0 ? size : -1);
+  // A string's forward run is one piece of it.
+  if (chars && stride == 1)
+    return Value::string(std::string(chars->span(from, std::max(from, to))));
 
   Array items;
   std::string text;
@@ -319,7 +322,7 @@ Value slice(const Value& object, const Value& start, const Value& stop, const Va
     if (object.is_array()) {
       items.push_back(object.as_array()[i]);
     } else {
-      text += chars[i];
+      text.append(chars->at(i));  // at most the text: Value::string charges it
     }
     if (__builtin_add_overflow(i, stride, &i)) break;
   }

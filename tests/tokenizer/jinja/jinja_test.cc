@@ -119,6 +119,10 @@ TEST(JinjaTest, MemberAccessAndSlices) {
   // Strings index and count by code point.
   EXPECT_EQ(render("{{ 'h\u00e9llo'[1] }} {{ 'h\u00e9llo'|length }} {{ 'ab\U0001F600'[::-1] }}"),
             "\u00e9 5 \U0001F600ba");
+  EXPECT_EQ(render("[{{ 'h\u00e9llo w\u00f6rld'[1:8] }}][{{ 'h\u00e9llo'[-4:] }}]"
+                   "[{{ 'h\u00e9llo'[4:1] }}][{{ 'h\u00e9llo w\u00f6rld'[1::3] }}]"
+                   "[{{ 'h\u00e9llo'[-1] }}][{{ 'h\u00e9llo'[9] }}][{{ 'hello'[-9:2] }}]"),
+            "[\u00e9llo w\u00f6][\u00e9llo][][\u00e9o\u00f6d][o][][he]");
 }
 
 TEST(JinjaTest, Tests) {
