@@ -21,7 +21,8 @@ void add_cache_flags(CLI::App& command, CacheOptions& flags) {
           ->capture_default_str();
   command
       .add_option("--kv-cache-dtype", flags.kv_cache_dtype,
-                  "KV dtype: auto, bfloat16, float16, float32 or fp8 (e4m3, scale 1; CPU only)")
+                  "KV dtype: auto, bfloat16, float16, float32 or fp8 (e4m3, with the checkpoint's "
+                  "k_scale/v_scale or 1)")
       ->capture_default_str()
       ->excludes(dtype);
   command
