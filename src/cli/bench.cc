@@ -334,7 +334,7 @@ void run_bench(const BenchOptions& options, const CLI::App& command) {
   // the batch.
   const std::vector<int64_t> lengths(options.batch_size, options.input_len + options.output_len);
   const KvCachePlan plan = plan_cache(models.planned, models.drafter(),
-                                      engine_cache_config(engine_flags, models.planned), lengths);
+                                      engine_cache_config(engine_flags, models), lengths);
 
   const Clock::time_point load_start = Clock::now();
   RankModels ranks = load_model(models, engine_flags);

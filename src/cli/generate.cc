@@ -124,7 +124,7 @@ void run_generate(const GenerateOptions& options) {
   const ModelConfig& config = models.target;
   // Plan the cache before loading weights, so bad flags fail fast. Without a budget, the pool
   // holds exactly this batch (a request too long for it is refused when it is added).
-  const CacheConfig cache_config = engine_cache_config(options.engine, models.planned);
+  const CacheConfig cache_config = engine_cache_config(options.engine, models);
   std::vector<int64_t> lengths;
   for (const GenerationRequest& request : requests) {
     const int64_t tokens = static_cast<int64_t>(request.prompt_token_ids.size()) +

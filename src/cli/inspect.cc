@@ -128,6 +128,7 @@ InspectReport build_inspect_report(const InspectOptions& options) {
   // Planned for the device the backend runs on: the CPU unless --attention-backend names another.
   CacheConfig cache = parse_cache_options(options.cache);
   cache.max_num_batched_tokens = options.max_num_batched_tokens;
+  if (report.speculative) cache.draft_dtype = report.speculative->kv_cache_dtype;
   const Device device{cache.backend ? cache.backend->device_type() : DeviceType::kCpu};
   cache = resolve_cache_config(cache, report.target, device);
   const int64_t tp = options.tensor_parallel_size;
@@ -169,7 +170,11 @@ nlohmann::json inspect_report_json(const InspectReport& report) {
       report.speculative
           ? nlohmann::json{{"method", speculative_method_name(report.speculative->method)},
                            {"model", report.speculative->model_dir},
-                           {"num_speculative_tokens", report.speculative->num_speculative_tokens}}
+                           {"num_speculative_tokens", report.speculative->num_speculative_tokens},
+                           {"kv_cache_dtype",
+                            report.speculative->kv_cache_dtype
+                                ? nlohmann::json(dtype_name(*report.speculative->kv_cache_dtype))
+                                : nlohmann::json(nullptr)}}
           : nlohmann::json(nullptr);
   out["dtype"] = dtype_name(report.dtype);
   out["attention_backend"] = report.attention_backend;

@@ -8,6 +8,23 @@ bool is_kv_cache_dtype(DType dtype) {
   return is_floating(dtype) || dtype == DType::kF8E4M3;
 }
 
+std::optional<DType> parse_kv_cache_dtype(std::string_view name, std::string_view what) {
+  if (name == "auto") return std::nullopt;
+  std::optional<DType> dtype;
+  if (name == "fp8_e4m3") {
+    dtype = DType::kF8E4M3;  // vLLM's other spelling
+  } else {
+    try {
+      dtype = parse_dtype(name);
+    } catch (const Error&) {
+    }
+  }
+  if (!dtype || !is_kv_cache_dtype(*dtype)) {
+    fail("{} {}: expected auto, bfloat16, float16, float32 or fp8", what, name.substr(0, 40));
+  }
+  return dtype;
+}
+
 CacheConfig resolve_cache_config(CacheConfig config, const ModelConfig& target, Device device) {
   if (config.backend == nullptr) {
     config.backend = &default_attention_backend(device.type);

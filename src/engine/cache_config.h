@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <optional>
 #include <span>
+#include <string_view>
 
 #include "attention/backend.h"
 #include "kv/kv_cache_plan.h"
@@ -36,6 +37,10 @@ struct CacheConfig {
 
 // Whether a KV cache may be kept in `dtype`: a floating type, or e4m3 (with scale 1).
 bool is_kv_cache_dtype(DType dtype);
+
+// A KV dtype as --kv-cache-dtype spells it: auto (nullopt), bfloat16, float16, float32, or fp8
+// (also fp8_e4m3). Error naming `what` for any other name.
+std::optional<DType> parse_kv_cache_dtype(std::string_view name, std::string_view what);
 
 // `config` with its automatic choices made for `target` on `device`. Throws Error when the named
 // backend does not run on the device, or max_model_len is longer than the target's

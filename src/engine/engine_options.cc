@@ -65,12 +65,7 @@ CacheConfig parse_cache_options(const CacheOptions& flags) {
     }
   }
   if (flags.kv_cache_dtype != "auto") {
-    const std::string& name = flags.kv_cache_dtype;
-    config.dtype = name == "fp8" || name == "fp8_e4m3" ? DType::kF8E4M3
-                                                       : parse_dtype_flag(name, "--kv-cache-dtype");
-    if (!is_kv_cache_dtype(*config.dtype)) {
-      fail("--kv-cache-dtype {}: expected auto, bfloat16, float16, float32 or fp8", name);
-    }
+    config.dtype = parse_kv_cache_dtype(flags.kv_cache_dtype, "--kv-cache-dtype");
   }
   if (flags.attention_backend != "auto") {
     config.backend = &find_attention_backend(flags.attention_backend);
@@ -95,7 +90,7 @@ Device engine_device(const EngineOptions& flags) {
   return device;
 }
 
-CacheConfig engine_cache_config(const EngineOptions& flags, const ModelConfig& target) {
+CacheConfig engine_cache_config(const EngineOptions& flags, const EngineModels& models) {
   // Written so that NaN fails too.
   if (!(flags.gpu_memory_utilization >= 0.05 && flags.gpu_memory_utilization <= 1.0)) {
     fail("--gpu-memory-utilization {}: it must be in [0.05, 1]", flags.gpu_memory_utilization);
@@ -104,7 +99,8 @@ CacheConfig engine_cache_config(const EngineOptions& flags, const ModelConfig& t
   config.max_num_batched_tokens = flags.scheduler.max_num_batched_tokens;
   config.context_parallel_size = flags.decode_context_parallel_size;
   config.context_interleave = flags.dcp_kv_cache_interleave_size;
-  return resolve_cache_config(config, target, engine_device(flags));
+  if (models.speculative) config.draft_dtype = models.speculative->kv_cache_dtype;
+  return resolve_cache_config(config, models.planned, engine_device(flags));
 }
 
 namespace {

@@ -72,10 +72,6 @@ struct EngineOptions {
 // The device --device names. Error for an unknown name, a build without CUDA or a missing GPU.
 Device engine_device(const EngineOptions& flags);
 
-// The KV cache the flags ask for, with the scheduler's token budget, resolved for --device and
-// `target` (resolve_cache_config). Error for a flag that does not parse or does not fit.
-CacheConfig engine_cache_config(const EngineOptions& flags, const ModelConfig& target);
-
 // A run's model as every rank holds it, rank 0 first (one rank without --tensor-parallel-size or
 // --decode-context-parallel-size): the shards, their communicators, and their KV caches, all
 // allocated from one plan.
@@ -126,4 +122,9 @@ struct EngineModels {
 // Error for a config, a --speculative-config, or a --tensor-parallel-size or
 // --decode-context-parallel-size that cannot run (before any weight loads).
 EngineModels engine_models(const std::string& model_dir, const EngineOptions& flags);
+
+// The KV cache the flags ask for, with the scheduler's token budget and the drafter's KV dtype,
+// resolved for --device and the target as each rank holds it (resolve_cache_config). Error for a
+// flag that does not parse or does not fit.
+CacheConfig engine_cache_config(const EngineOptions& flags, const EngineModels& models);
 }  // namespace pagoda

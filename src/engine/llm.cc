@@ -16,7 +16,7 @@ std::unique_ptr<Llm> Llm::load(const EngineOptions& options) {
   }
   llm->models_ = engine_models(model_dir, options);
   const Device device = engine_device(options);
-  CacheConfig cache_config = engine_cache_config(options, llm->models_.planned);
+  CacheConfig cache_config = engine_cache_config(options, llm->models_);
   // A long-lived engine needs room for many sequences. Without a budget: on the CPU, 512 MiB; on a
   // GPU, what gpu_memory_utilization leaves once the model is loaded.
   const bool budgeted = cache_config.memory_bytes || cache_config.num_blocks;

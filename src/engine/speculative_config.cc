@@ -4,6 +4,7 @@
 
 #include "core/error.h"
 #include "core/files.h"
+#include "engine/cache_config.h"
 
 namespace pagoda {
 namespace {
@@ -40,9 +41,12 @@ SpeculativeConfig parse_speculative_config(std::string_view json, const std::str
   const nlohmann::json fields = parse_json_text(json, kFlag);
   if (!fields.is_object()) fail("{}: must be a JSON object", kFlag);
   for (const auto& [key, value] : fields.items()) {
-    if (key != "method" && key != "model" && key != "num_speculative_tokens") {
-      fail("{}: unknown field \"{}\" (known: method, model, num_speculative_tokens)", kFlag,
-           key.substr(0, 60));
+    if (key != "method" && key != "model" && key != "num_speculative_tokens" &&
+        key != "kv_cache_dtype") {
+      fail(
+          "{}: unknown field \"{}\" (known: method, model, num_speculative_tokens, "
+          "kv_cache_dtype)",
+          kFlag, key.substr(0, 60));
     }
   }
   SpeculativeConfig config;
@@ -76,6 +80,15 @@ SpeculativeConfig parse_speculative_config(std::string_view json, const std::str
              : "a \"draft_model\" drafter: it has KV layers of its own");
   }
   config.method = inferred;
+  if (fields.contains("kv_cache_dtype")) {
+    const std::string what = std::string(kFlag) + ": \"kv_cache_dtype\"";
+    if (!fields["kv_cache_dtype"].is_string()) fail("{} must be a string", what);
+    config.kv_cache_dtype = parse_kv_cache_dtype(fields["kv_cache_dtype"].get<std::string>(), what);
+    if (config.kv_cache_dtype && config.method == SpeculativeMethod::kMtp) {
+      fail("{}: {} reads the target's KV cache and keeps none of its own, so it has no KV dtype",
+           what, config.model_dir);
+    }
+  }
   if (config.drafter.vocab_size != target.vocab_size) {
     fail("{}: the vocabularies differ: the target has {} tokens, the drafter {}", kFlag,
          target.vocab_size, config.drafter.vocab_size);

@@ -514,6 +514,17 @@ TEST(GenerateCliTest, SpeculativeDecodingPrintsTheSameText) {
   const CliRun alone = run_generate("--prompt-ids 5,6,7 --max-tokens 12 --json");
   ASSERT_EQ(draft.exit_code, 0) << draft.err;
   EXPECT_EQ(draft.out, alone.out);
+  // An FP8 target cache beside the draft model's bf16 pages, in one pool: the target's text with
+  // an FP8 cache of its own.
+  const CliRun mixed = run_generate(
+      "--prompt-ids 5,6,7 --max-tokens 12 --json --kv-cache-dtype fp8 "
+      "--speculative-config '{\"model\": \"" +
+      model +
+      "llama3-rope-tiny\", \"num_speculative_tokens\": 2, \"kv_cache_dtype\": \"bfloat16\"}'");
+  const CliRun fp8 = run_generate("--prompt-ids 5,6,7 --max-tokens 12 --json --kv-cache-dtype fp8");
+  ASSERT_EQ(mixed.exit_code, 0) << mixed.err;
+  ASSERT_EQ(fp8.exit_code, 0) << fp8.err;
+  EXPECT_EQ(mixed.out, fp8.out);
 }
 
 // Bad combinations stop before anything loads, with one line naming the reason.

@@ -4,6 +4,8 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <set>
 
 #include "cli/cli_test_util.h"
 #include "scratch_dir.h"
@@ -107,6 +109,23 @@ TEST(InspectCliTest, Fp8KvCacheShowsItsGain) {
   EXPECT_NE(cuda.out.find("(2.00x)"), std::string::npos) << cuda.out;
 #endif
   EXPECT_NE(run_pagoda(model + " --dtype bfloat16").exit_code, 0);  // one or the other
+
+  // A draft model that keeps bf16 pages beside the FP8 target's, in one pool.
+  const std::string fixtures = std::string(PAGODA_SOURCE_DIR) + "/tests/fixtures/";
+  const CliRun mixed = run_pagoda(
+      "inspect --model " + fixtures + "llama-tiny --kv-cache-dtype fp8 --json " +
+      "--speculative-config '{\"model\": \"" + fixtures +
+      "llama3-rope-tiny\", \"num_speculative_tokens\": 2, \"kv_cache_dtype\": \"bfloat16\"}'");
+  ASSERT_EQ(mixed.exit_code, 0) << mixed.err;
+  std::map<std::string, std::set<std::string>> dtypes;  // target or drafter: its pages' dtypes
+  const nlohmann::json plan = nlohmann::json::parse(mixed.out);
+  EXPECT_EQ(plan["speculative"]["kv_cache_dtype"], "bfloat16");
+  for (const nlohmann::json& layer : plan["layers"]) {
+    const nlohmann::json& group = plan["groups"][layer["group"].get<size_t>()];
+    dtypes[layer["role"]].insert(group["spec"]["dtype"]);
+  }
+  EXPECT_EQ(dtypes["target"], std::set<std::string>{"float8_e4m3"});
+  EXPECT_EQ(dtypes["drafter"], std::set<std::string>{"bfloat16"});
 }
 
 TEST(InspectCliTest, BadInputIsOneLineAndNonZero) {

@@ -43,6 +43,33 @@ TEST(SpeculativeConfigTest, ADrafterWithItsOwnLayersIsADraftModel) {
       load_model_config(target));
   EXPECT_EQ(config.method, SpeculativeMethod::kDraftModel);
   EXPECT_EQ(config.num_speculative_tokens, 4);
+  EXPECT_EQ(config.kv_cache_dtype, std::nullopt);  // the target's
+}
+
+// A draft model may keep its KV in another dtype than the target's (a bf16 drafter beside an FP8
+// target); an assistant keeps no KV, so naming a dtype for it is refused.
+TEST(SpeculativeConfigTest, ADraftModelMayNameItsKvDtype) {
+  const std::string target = kFixtures + "llama-tiny";
+  const auto dtype_of = [&](const std::string& dtype) {
+    return parse_speculative_config(R"({"model": ")" + kFixtures +
+                                        R"(qwen3-tiny", "num_speculative_tokens": 2, )" +
+                                        R"("kv_cache_dtype": )" + dtype + "}",
+                                    target, load_model_config(target))
+        .kv_cache_dtype;
+  };
+  EXPECT_EQ(dtype_of(R"("bfloat16")"), DType::kBF16);
+  EXPECT_EQ(dtype_of(R"("fp8")"), DType::kF8E4M3);
+  EXPECT_EQ(dtype_of(R"("auto")"), std::nullopt);
+  const std::string draft = R"({"model": ")" + kFixtures + R"(qwen3-tiny", )" +
+                            R"("num_speculative_tokens": 2, "kv_cache_dtype": )";
+  EXPECT_NE(error_of(draft + R"("int8"})", target)
+                .find("\"kv_cache_dtype\" int8: expected auto, bfloat16, float16, float32 or fp8"),
+            std::string::npos);
+  EXPECT_NE(error_of(draft + R"(16})", target).find("\"kv_cache_dtype\" must be a string"),
+            std::string::npos);
+  EXPECT_NE(error_of(R"({"num_speculative_tokens": 2, "kv_cache_dtype": "bfloat16"})")
+                .find("keeps none of its own, so it has no KV dtype"),
+            std::string::npos);
 }
 
 TEST(SpeculativeConfigTest, BadCombinationsAreRefusedWithTheirReason) {
