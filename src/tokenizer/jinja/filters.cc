@@ -459,7 +459,7 @@ Value filter_tojson(const std::string& what, const Value& v, CallArgs& args) {
     options.separators.emplace(separators->as_array()[0].as_string(),
                                separators->as_array()[1].as_string());
   }
-  return Value::string(to_json(v, options));
+  return Value::charged_string(to_json(v, options));  // charged as written
 }
 
 Value filter_trim(const std::string& what, const Value& v, CallArgs& args) {

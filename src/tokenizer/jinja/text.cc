@@ -173,7 +173,18 @@ std::string html_escape(std::string_view text) {
 
 std::string json_quote(std::string_view text, bool ensure_ascii) {
   std::string out = "\"";
+  out.reserve(text.size() + 2);
+  // Printable ASCII other than the quote and the backslash is copied as it stands, a run at a time.
+  const auto plain = [](char c) { return c >= 0x20 && c < 0x7F && c != '"' && c != '\\'; };
   for (size_t pos = 0; pos < text.size();) {
+    if (plain(text[pos])) {
+      const size_t end = static_cast<size_t>(
+          std::find_if_not(text.begin() + static_cast<std::ptrdiff_t>(pos), text.end(), plain) -
+          text.begin());
+      out.append(text.substr(pos, end - pos));
+      pos = end;
+      continue;
+    }
     size_t length = 0;
     char32_t cp = decode_utf8(text, pos, &length);
     switch (cp) {

@@ -324,26 +324,27 @@ std::string to_concat_string(const Value& v) {
 
 namespace {
 
-std::string to_json_at(const Value& v, const JsonOptions& options, int depth) {
+// Appends `v` as JSON to `out`, every byte charged as it is appended: nested values are written in
+// place, never built as strings and copied into their parent's.
+void write_json(const Value& v, const JsonOptions& options, int depth, std::string& out) {
   if (depth > kMaxValueDepth) {
     fail_render("a value nests deeper than {} levels (a namespace that holds itself?)",
                 kMaxValueDepth);
   }
   switch (v.kind()) {
     case Value::Kind::kUndefined:
-      return options.undefined_as_null ? "null" : "undefined";
+      return append_charged(out, options.undefined_as_null ? "null" : "undefined");
     case Value::Kind::kNone:
-      return "null";
+      return append_charged(out, "null");
     case Value::Kind::kBool:
-      return v.as_bool() ? "true" : "false";
+      return append_charged(out, v.as_bool() ? "true" : "false");
     case Value::Kind::kInt:
-      return std::to_string(v.as_int());
+      return append_charged(out, std::to_string(v.as_int()));
     case Value::Kind::kFloat:
-      return std::isfinite(v.as_float()) ? format_js_number(v.as_float()) : "null";
+      return append_charged(out,
+                            std::isfinite(v.as_float()) ? format_js_number(v.as_float()) : "null");
     case Value::Kind::kString:
-      // Charged as it is written: a list may hold one long string many times.
-      charge_work(v.as_string().size());
-      return json_quote(v.as_string(), options.ensure_ascii);
+      return append_charged(out, json_quote(v.as_string(), options.ensure_ascii));
     case Value::Kind::kFunction:
       fail_render("cannot convert function '{}' to JSON", v.as_function().name);
     default:
@@ -353,46 +354,54 @@ std::string to_json_at(const Value& v, const JsonOptions& options, int depth) {
   if (indent < 0) fail_render("tojson indent must not be negative, got {}", indent);
   const auto [item_separator, key_separator] =
       options.separators.value_or(std::pair<std::string, std::string>(indent ? "," : ", ", ": "));
-  const std::string base_padding = "\n" + std::string(static_cast<size_t>(indent) * depth, ' ');
-  const std::string child_padding = base_padding + std::string(indent, ' ');
-
-  std::vector<std::string> parts;
-  // Padding and separators are charged as they are written too: they repeat on every item.
-  const auto padding = [&]() -> std::string_view {
-    if (!indent) return {};
-    charge_work(child_padding.size());
-    return child_padding;
+  // A line break and the padding of `level`, where there is an indent.
+  const auto new_line = [&](int level) {
+    if (!indent) return;
+    const size_t width = static_cast<size_t>(indent) * static_cast<size_t>(level);
+    charge_work(1 + width);
+    out += '\n';
+    out.append(width, ' ');
   };
-  if (v.is_array()) {
+  bool first = true;
+  const auto next_item = [&] {
+    if (!first) append_charged(out, item_separator);
+    first = false;
+    new_line(depth + 1);
+  };
+  const bool is_array = v.is_array();
+  append_charged(out, is_array ? "[" : "{");
+  if (is_array) {
     for (const Value& item : v.as_array()) {
-      parts.push_back(std::string(padding()) + to_json_at(item, options, depth + 1));
+      next_item();
+      write_json(item, options, depth + 1, out);
     }
   } else {
-    Object members = v.is_object() ? v.as_object() : v.as_namespace().attributes;
+    const Object& object = v.is_object() ? v.as_object() : v.as_namespace().attributes;
+    std::vector<const Object::value_type*> members;
+    members.reserve(object.size());
+    for (const auto& member : object)
+      members.push_back(&member);
     if (options.sort_keys) {
       std::stable_sort(members.begin(), members.end(),
-                       [](const auto& a, const auto& b) { return a.first < b.first; });
+                       [](const auto* a, const auto* b) { return a->first < b->first; });
     }
-    for (const auto& [key, item] : members) {
-      charge_work(key_separator.size());
-      parts.push_back(std::string(padding()) + json_quote(key, options.ensure_ascii) +
-                      key_separator + to_json_at(item, options, depth + 1));
+    for (const auto* member : members) {
+      next_item();
+      append_charged(out, json_quote(member->first, options.ensure_ascii));
+      append_charged(out, key_separator);
+      write_json(member->second, options, depth + 1, out);
     }
   }
-  const bool is_array = v.is_array();
-  std::string out = is_array ? "[" : "{";
-  for (size_t i = 0; i < parts.size(); ++i) {
-    if (i > 0) append_charged(out, item_separator);
-    out += parts[i];
-  }
-  if (indent && !parts.empty()) out += base_padding;
-  return out + (is_array ? "]" : "}");
+  if (!first) new_line(depth);
+  append_charged(out, is_array ? "]" : "}");
 }
 
 }  // namespace
 
 std::string to_json(const Value& v, const JsonOptions& options) {
-  return to_json_at(v, options, 0);
+  std::string out;
+  write_json(v, options, 0, out);
+  return out;
 }
 
 }  // namespace pagoda::jinja

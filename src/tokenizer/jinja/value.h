@@ -216,6 +216,7 @@ struct JsonOptions {
   std::optional<std::pair<std::string, std::string>> separators;  // item, key
   bool undefined_as_null = true;
 };
+// `v` as JSON, its bytes charged to the render's work as they are written.
 std::string to_json(const Value& v, const JsonOptions& options);
 
 }  // namespace pagoda::jinja

@@ -237,6 +237,11 @@ TEST(JinjaTest, ToJson) {
       "\"\\u00e9\" \"\\ud83d\\ude00\"");
   EXPECT_EQ(render("{{ {'b': 1, 'a': [1, 2]}|tojson(sort_keys=true, separators=(',', ':')) }}"),
             "{\"a\":[1,2],\"b\":1}");
+  // Nested members sorted too, each level padded one indent deeper, empty values kept on one line
+  // (as Python's json.dumps writes it).
+  EXPECT_EQ(
+      render("{{ {'b': {'d': 1, 'c': [{}, []]}, 'a': none}|tojson(sort_keys=true, indent=1) }}"),
+      "{\n \"a\": null,\n \"b\": {\n  \"c\": [\n   {},\n   []\n  ],\n  \"d\": 1\n }\n}");
   EXPECT_EQ(render(R"({{ 'q"\\\n\t'|tojson }} {{ missing|tojson }})"), R"("q\"\\\n\t" null)");
 }
 
@@ -391,7 +396,7 @@ TEST(JinjaTest, RunawayTemplatesFailAtTheWorkBudget) {
                budget);
   // A string is charged once, as it is built: each of these builds 224-240 MB of strings, which
   // fits, and would not if a result were charged again on top of its pieces (or a join charged a
-  // separator before its first item, or a replace its replacements twice). two_strings sets a to
+  // separator before its first item, a replace its replacements twice, or tojson its text). two_strings sets a to
   // 16 MB and b to 64 MB.
   const std::string two_strings = "{% set a = 'x' * 16000000 %}{% set b = a ~ a ~ a ~ a %}";
   EXPECT_EQ(render("{% set a = 'x' * 16000000 %}{% set b = a ~ a %}{% set c = b ~ b %}"
@@ -401,6 +406,8 @@ TEST(JinjaTest, RunawayTemplatesFailAtTheWorkBudget) {
   EXPECT_EQ(render(two_strings + "{{ b.join(['p', 'q']) | length }}"), "64000002");
   EXPECT_EQ(render(two_strings + "{{ a | replace('x', 'yyyy') | length }}"), "64000000");
   EXPECT_EQ(render(two_strings + "{{ a.replace('x', 'yyyy') | length }}"), "64000000");
+  EXPECT_EQ(render(two_strings + "{{ [[b]] | tojson | length }} {{ [a] | tojson | length }}"),
+            "64000006 16000004");
   // An ordinary long conversation is far inside it.
   Json messages = Json::array();
   for (int i = 0; i < 2000; ++i) {
