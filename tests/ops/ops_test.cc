@@ -31,11 +31,13 @@ Tensor to_dtype(const Tensor& t, DType dtype) {
 }
 
 // Linear against a double-precision loop, for f32 weights and half weights widened in several
-// tiles (K large enough that one tile holds fewer rows than N).
+// tiles (K large enough that one tile holds fewer rows than N), or in tiles of one row longer than
+// a tile's usual 2^18 values.
 TEST(MatmulTest, LinearMatchesReference) {
   std::mt19937 rng(7);
   for (DType dtype : {DType::kF32, DType::kBF16, DType::kF16}) {
-    for (const auto& [m, n, k] : {std::tuple{1, 5, 3}, std::tuple{3, 300, 8192}}) {
+    for (const auto& [m, n, k] :
+         {std::tuple{1, 5, 3}, std::tuple{3, 300, 8192}, std::tuple{2, 3, (1 << 18) + 64}}) {
       const Tensor x = random_tensor({m, k}, rng);
       const Tensor w32 = random_tensor({n, k}, rng);
       const Tensor w = to_dtype(w32, dtype);

@@ -62,19 +62,22 @@ TEST(WeightTest, QuantizesInBlocks) {
     EXPECT_EQ(v, 0.0f);
 }
 
-// cpu::linear with an FP8 weight is the f32 product with the dequantized weight, exactly.
+// cpu::linear with an FP8 weight is the f32 product with the dequantized weight, exactly; also
+// with rows longer than the 2^18 values of a dequantized tile.
 TEST(WeightTest, LinearIsTheDequantizedProduct) {
-  const Weight weight = quantize_fp8(random_matrix(48, 64, 2), 32, 32);
-  const std::vector<float> dense_values = dequantized(weight);
-  Tensor dense = Tensor::empty({48, 64}, DType::kF32);
-  std::copy(dense_values.begin(), dense_values.end(), dense.data<float>());
-  const Tensor x = random_matrix(5, 64, 3);
-  Tensor out = Tensor::empty({5, 48}, DType::kF32);
-  Tensor expected = Tensor::empty({5, 48}, DType::kF32);
-  cpu::linear(x, weight, out);
-  cpu::linear(x, dense, expected);
-  for (int64_t i = 0; i < out.numel(); ++i)
-    ASSERT_EQ(out.data<float>()[i], expected.data<float>()[i]) << i;
+  for (const auto& [rows, cols] : {std::pair{48, 64}, std::pair{3, (1 << 18) + 64}}) {
+    const Weight weight = quantize_fp8(random_matrix(rows, cols, 2), 32, 32);
+    const std::vector<float> dense_values = dequantized(weight);
+    Tensor dense = Tensor::empty({rows, cols}, DType::kF32);
+    std::copy(dense_values.begin(), dense_values.end(), dense.data<float>());
+    const Tensor x = random_matrix(5, cols, 3);
+    Tensor out = Tensor::empty({5, rows}, DType::kF32);
+    Tensor expected = Tensor::empty({5, rows}, DType::kF32);
+    cpu::linear(x, weight, out);
+    cpu::linear(x, dense, expected);
+    for (int64_t i = 0; i < out.numel(); ++i)
+      ASSERT_EQ(out.data<float>()[i], expected.data<float>()[i]) << i;
+  }
 }
 
 // Narrowing and stacking keep every row's dequantized values, whether the cut falls on a block

@@ -3,8 +3,8 @@
 #include <cblas.h>
 
 #include <algorithm>
-#include <memory>
 #include <mutex>
+#include <vector>
 
 #include "core/thread_pool.h"
 #include "ops/cpu/ops.h"
@@ -38,10 +38,12 @@ void widen_rows(const Weight& quantized, int64_t first_row, int64_t rows, float*
               1.0f, out);
 }
 
-// A thread's widened tile, kept from one product to the next.
-float* tile_of_this_thread() {
-  thread_local const std::unique_ptr<float[]> tile(new float[kTileElements]);
-  return tile.get();
+// A thread's widened tile of at least `elements` floats (one row may be longer than a tile), kept
+// from one product to the next.
+float* tile_of_this_thread(int64_t elements) {
+  thread_local std::vector<float> tile;
+  if (static_cast<int64_t>(tile.size()) < elements) tile.resize(static_cast<size_t>(elements));
+  return tile.data();
 }
 
 }  // namespace
@@ -70,7 +72,7 @@ void linear(const Tensor& x, const Weight& quantized, const Tensor& out) {
     if (!widen)
       return sgemm(m, end - begin, k, in, weight.data<float>() + begin * k, result + begin, n);
     const int64_t tile_rows = std::max<int64_t>(1, kTileElements / std::max<int64_t>(k, 1));
-    float* tile = tile_of_this_thread();
+    float* tile = tile_of_this_thread(tile_rows * k);
     for (int64_t row = begin; row < end; row += tile_rows) {
       const int64_t rows = std::min(tile_rows, end - row);
       widen_rows(quantized, row, rows, tile);
