@@ -102,8 +102,16 @@ Tokenizer Tokenizer::load(const std::string& dir) {
   }();
   if (path_exists(dir + "/chat_template.jinja")) {
     tokenizer.chat_template_ = read_text_file(dir + "/chat_template.jinja");
-  } else if (path_exists(dir + "/chat_template.json")) {
-    tokenizer.chat_template_ = config_chat_template(read_json_file(dir + "/chat_template.json"));
+  } else if (const std::string path = dir + "/chat_template.json"; path_exists(path)) {
+    try {
+      const nlohmann::json file = read_json_file(path);
+      if (!file.is_object() || !file.contains("chat_template")) {
+        fail("{}: expected an object with a \"chat_template\"", path);
+      }
+      tokenizer.chat_template_ = config_chat_template(file);
+    } catch (const nlohmann::json::exception& error) {
+      fail("{}: {}", path, describe_json_error(error));
+    }
   }
   return tokenizer;
 }

@@ -3,9 +3,11 @@
 
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include <functional>
 
 #include "core/error.h"
+#include "scratch_dir.h"
 #include "tokenizer/regex.h"
 
 namespace pagoda {
@@ -169,6 +171,32 @@ TEST(TokenizerTest, MalformedFilesAreErrorsNotAborts) {
   // A float id: converting 2e22 to an int is undefined behaviour (UBSan found it).
   const auto float_id = [](nlohmann::json& json) { json["model"]["vocab"]["far"] = 2e22; };
   EXPECT_NE(error_of(float_id).find("is not an integer in 0.."), std::string::npos);
+}
+
+// chat_template.json holds the template as tokenizer_config.json does (a string, or named
+// templates of which "default" is taken); one of the wrong shape is an Error naming the file, not
+// a JSON library exception.
+TEST(TokenizerTest, ChatTemplateJsonIsReadOrRefusedByName) {
+  const testing::ScratchDir dir("chat_template_json");
+  std::ofstream(dir.file("tokenizer.json")) << byte_level_tokenizer().dump();
+  const auto load_with = [&](const std::string& contents) {
+    std::ofstream(dir.file("chat_template.json")) << contents;
+    try {
+      return Tokenizer::load(dir.path()).chat_template();
+    } catch (const Error& error) {
+      return std::string("error: ") + error.what();
+    }
+  };
+  EXPECT_EQ(load_with(R"({"chat_template": "{{ x }}"})"), "{{ x }}");
+  EXPECT_EQ(load_with(R"({"chat_template": [{"name": "tool_use", "template": "t"},
+                                            {"name": "default", "template": "d"}]})"),
+            "d");
+  for (const std::string bad : {R"({"chat_template": [{"name": "default", "template": 5}]})",
+                                R"({"chat_template": [5]})", R"([5])"}) {
+    SCOPED_TRACE(bad);
+    const std::string result = load_with(bad);
+    EXPECT_EQ(result.rfind("error: " + dir.file("chat_template.json") + ": ", 0), 0u) << result;
+  }
 }
 
 }  // namespace
