@@ -126,7 +126,7 @@ TEST(GenerateCliTest, BadInputIsOneLineAndNonZero) {
       {"--prompt-ids 1 --device gpu", "unknown device 'gpu'"},
       {"--prompt-ids 1 --load-format gguf", "unknown load format 'gguf'"},
       {"--prompt-ids 1 --quantization int4", "unknown --quantization 'int4'"},
-      {"--prompt-ids 1 --kv-cache-dtype int8", "'int8'"},
+      {"--prompt-ids 1 --kv-cache-dtype int8", "--kv-cache-dtype int8: expected auto, bfloat16"},
       {"--prompt-ids 1 --gpu-memory-utilization nan", "--gpu-memory-utilization nan"},
       {"", "no prompts"},
       {"--prompts-file /nonexistent/prompts.jsonl", "cannot read prompts file"},
