@@ -216,14 +216,15 @@ std::vector<int32_t> parse_tokenize_request(const Json& body, const Tokenizer& t
                           {.add_special_tokens = special.get<bool>()});
 }
 
-std::vector<int32_t> parse_detokenize_request(const Json& body) {
+std::vector<int32_t> parse_detokenize_request(const Json& body, const Tokenizer& tokenizer) {
   if (!body.is_object() || !body.contains("tokens") || !body["tokens"].is_array()) {
     throw ApiError(400, "give 'tokens', a list of token ids", "tokens");
   }
   std::vector<int32_t> ids;
   for (const Json& id : body["tokens"]) {
     try {
-      ids.push_back(static_cast<int32_t>(json_integer(id, 0, INT32_MAX, "'tokens'")));
+      ids.push_back(
+          static_cast<int32_t>(json_integer(id, 0, tokenizer.vocab_size() - 1, "'tokens'")));
     } catch (const Error& error) {
       throw ApiError(400, error.what(), "tokens");
     }

@@ -62,8 +62,9 @@ OpenAiRequest parse_openai_request(const nlohmann::ordered_json& body, Endpoint 
 // the chat template, which may be null), as token ids.
 std::vector<int32_t> parse_tokenize_request(const nlohmann::ordered_json& body,
                                             const Tokenizer& tokenizer, const ChatTemplate* chat);
-// The /detokenize body, {"tokens": [ID, ...]}: the ids, each an integer from 0 (the tokenizer
-// checks them against its vocabulary).
-std::vector<int32_t> parse_detokenize_request(const nlohmann::ordered_json& body);
+// The /detokenize body, {"tokens": [ID, ...]}: the ids, each an integer in the tokenizer's
+// vocabulary.
+std::vector<int32_t> parse_detokenize_request(const nlohmann::ordered_json& body,
+                                              const Tokenizer& tokenizer);
 
 }  // namespace pagoda

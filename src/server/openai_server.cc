@@ -238,7 +238,7 @@ OpenAiServer::OpenAiServer(EngineService& engine, const Tokenizer& tokenizer,
       }));
   http.route("POST", "/detokenize", guarded([this](http::Exchange& exchange) {
                const std::vector<int32_t> ids =
-                   parse_detokenize_request(parse_body(exchange.request()));
+                   parse_detokenize_request(parse_body(exchange.request()), tokenizer_);
                exchange.respond(json_response({{"prompt", tokenizer_.decode(ids)}}));
              }));
 

@@ -253,6 +253,9 @@ std::string Tokenizer::decode(std::span<const int32_t> ids, const DecodeOptions&
   std::vector<std::string> tokens;
   tokens.reserve(ids.size());
   for (const int32_t id : ids) {
+    // A model's vocabulary may be padded past the tokenizer's (Qwen 2.5: 152064 rows for 151665
+    // tokens): such an id has no text, as transformers decodes it.
+    if (id >= vocab_size()) continue;
     const std::string& token = id_to_token(id);
     if (options.skip_special_tokens && special_tokens_.count(token) != 0) continue;
     tokens.push_back(token);

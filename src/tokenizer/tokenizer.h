@@ -42,7 +42,8 @@ class Tokenizer {
 
   // Text (invalid UTF-8 is read with replacement characters) → token ids.
   std::vector<int32_t> encode(std::string_view text, const EncodeOptions& options = {}) const;
-  // Token ids → text; Error for an id outside the vocabulary.
+  // Token ids → text. An id past the vocabulary (a model's padded rows) has no text; Error for a
+  // negative id.
   std::string decode(std::span<const int32_t> ids, const DecodeOptions& options = {}) const;
 
   std::optional<int32_t> token_to_id(std::string_view token) const;

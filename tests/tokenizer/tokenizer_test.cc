@@ -41,7 +41,11 @@ TEST(TokenizerTest, MergesInRankOrderAndAddsSpecialTokens) {
   EXPECT_EQ(tokenizer.id_to_token(4), "abc");
   EXPECT_TRUE(tokenizer.is_special(7));
   EXPECT_FALSE(tokenizer.is_special(0));
-  EXPECT_THROW(tokenizer.decode(std::vector<int32_t>{99}), Error);
+  // An id past the tokenizer's vocabulary (a model's padded rows) has no text; a negative one is
+  // an error.
+  EXPECT_EQ(tokenizer.decode(std::vector<int32_t>{3, 99, 6}), "ab a");
+  EXPECT_THROW(tokenizer.decode(std::vector<int32_t>{-1}), Error);
+  EXPECT_THROW(tokenizer.id_to_token(99), Error);
 }
 
 TEST(TokenizerTest, ByteFallbackAndUnknownTokens) {
