@@ -275,6 +275,22 @@ PYBIND11_MODULE(_pagoda, m) {
       .def_property_readonly("max_model_len",
                              [](const Llm& llm) { return llm.plan().max_model_len; })
       .def_property_readonly("vocab_size", [](const Llm& llm) { return llm.config().vocab_size; })
+      // The sampling fields --generation-config gives requests that leave them out, named as
+      // SamplingParams names them.
+      .def_property_readonly("generation_defaults",
+                             [](const Llm& llm) {
+                               const GenerationDefaults& d = llm.config().generation;
+                               py::dict fields;
+                               if (d.temperature) fields["temperature"] = *d.temperature;
+                               if (d.top_k) fields["top_k"] = *d.top_k;
+                               if (d.top_p) fields["top_p"] = *d.top_p;
+                               if (d.min_p) fields["min_p"] = *d.min_p;
+                               if (d.repetition_penalty) {
+                                 fields["repetition_penalty"] = *d.repetition_penalty;
+                               }
+                               if (d.max_new_tokens) fields["max_tokens"] = *d.max_new_tokens;
+                               return fields;
+                             })
       .def_property_readonly("has_tokenizer",
                              [](const Llm& llm) { return llm.tokenizer() != nullptr; });
 }

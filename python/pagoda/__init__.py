@@ -184,8 +184,6 @@ def _prompt_list(prompts, prompt_token_ids):
 
 
 def _params_list(sampling_params, count):
-    if sampling_params is None:
-        return [SamplingParams()] * count
     if isinstance(sampling_params, SamplingParams):
         return [sampling_params] * count
     params = list(sampling_params)
@@ -204,25 +202,36 @@ class LLM:
                  prompt_token_ids=None, use_tqdm: bool = False) -> List[RequestOutput]:
         """Runs every prompt to completion in shared batches; outputs in prompt order."""
         items = _prompt_list(prompts, prompt_token_ids)
-        params = _params_list(sampling_params, len(items))
+        params = _params_list(self._params_or_default(sampling_params), len(items))
         outs = self._native.generate(items, params)
         return [_request_output(item, p, out) for item, p, out in zip(items, params, outs)]
 
     def chat(self, messages, sampling_params=None, use_tqdm: bool = False) -> List[RequestOutput]:
         """One conversation (a list of {role, content} dicts) or a list of them."""
         conversations = [messages] if messages and isinstance(messages[0], dict) else messages
-        params = _params_list(sampling_params, len(conversations))
+        params = _params_list(self._params_or_default(sampling_params), len(conversations))
         outs = self._native.chat(list(conversations), params)
         return [_request_output(None, p, out) for p, out in zip(params, outs)]
 
     def stream(self, prompt, sampling_params: Optional[SamplingParams] = None) -> Stream:
         """Starts one request; iterate (or async-iterate) the result for its deltas."""
-        params = sampling_params if sampling_params is not None else SamplingParams()
+        params = self._params_or_default(sampling_params)
         return Stream(self._native.stream(prompt, params), params)
 
     def chat_stream(self, messages, sampling_params: Optional[SamplingParams] = None) -> Stream:
-        params = sampling_params if sampling_params is not None else SamplingParams()
+        params = self._params_or_default(sampling_params)
         return Stream(self._native.chat_stream(messages, params), params)
+
+    def get_default_sampling_params(self) -> SamplingParams:
+        """What a call without sampling_params runs with: SamplingParams() with the model's
+        generation_config.json defaults in place (temperature, top_k, top_p, min_p,
+        repetition_penalty, max_new_tokens as max_tokens), unless generation_config="vllm"."""
+        return SamplingParams(**self._native.generation_defaults)
+
+    def _params_or_default(self, sampling_params):
+        if sampling_params is None:
+            return self.get_default_sampling_params()
+        return sampling_params
 
     def get_tokenizer(self) -> Tokenizer:
         return Tokenizer(self._native)

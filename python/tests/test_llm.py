@@ -87,6 +87,24 @@ def test_greedy_tokens_match_transformers():
         assert out.outputs[0].finish_reason == "length"
 
 
+def test_generation_config_gives_the_default_sampling_params(llm, tmp_path):
+    defaults = llm.get_default_sampling_params()  # the embedded model's file has none
+    assert (defaults.temperature, defaults.top_k, defaults.max_tokens) == (1.0, 0, 16)
+    (tmp_path / "generation_config.json").write_text(
+        json.dumps({"temperature": 0, "top_k": 5, "max_new_tokens": 3}))
+    greedy = LLM(model=LLAMA_TINY, kv_cache_memory="16MiB", generation_config=str(tmp_path))
+    defaults = greedy.get_default_sampling_params()
+    assert (defaults.temperature, defaults.top_k, defaults.max_tokens) == (0.0, 5, 3)
+    # A call without sampling_params runs them: greedy, three tokens.
+    out = greedy.generate(prompt_token_ids=[5, 6, 7])[0].outputs[0]
+    explicit = greedy.generate(prompt_token_ids=[5, 6, 7],
+                               sampling_params=SamplingParams(temperature=0, max_tokens=3))
+    assert out.token_ids == explicit[0].outputs[0].token_ids
+    assert len(out.token_ids) == 3 or out.finish_reason == "stop"
+    engine = LLM(model=LLAMA_TINY, kv_cache_memory="16MiB", generation_config="vllm")
+    assert engine.get_default_sampling_params().max_tokens == 16
+
+
 def test_streams_add_up_and_abort(llm):
     params = SamplingParams(temperature=0, max_tokens=24, ignore_eos=True)
     whole = llm.generate([PROMPT], params)[0].outputs[0]

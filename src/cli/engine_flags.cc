@@ -56,6 +56,11 @@ void add_engine_flags(CLI::App& command, EngineOptions& flags) {
       "\"draft_model\", \"model\": DIR, \"num_speculative_tokens\": K}' (method and, "
       "for the model's own assistant, model may be left out)");
   command
+      .add_option("--generation-config", flags.generation_config,
+                  "Sampling defaults of requests that leave them out: auto (the model's "
+                  "generation_config.json), vllm (the engine's), or a directory with one")
+      ->capture_default_str();
+  command
       .add_option("--tensor-parallel-size", flags.tensor_parallel_size,
                   "Ranks the model is split over (attention heads and MLP columns; on the CPU, "
                   "threads of this process)")

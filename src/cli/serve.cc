@@ -81,7 +81,8 @@ void run_serve(const ServeOptions& options) {
                                ? std::filesystem::path(model_dir).filename().string()
                                : options.served_model_name,
       .max_model_len = plan.max_model_len,
-      .max_choices = options.max_choices};
+      .max_choices = options.max_choices,
+      .generation = llm->config().generation};
   OpenAiServer server(engine, tokenizer, chat, limits, options.server);
 
   // From here SIGINT and SIGTERM shut the server down gracefully (while the model loads they still

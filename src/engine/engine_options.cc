@@ -214,9 +214,24 @@ EngineConfig engine_config(const ModelConfig& config, const KvCachePlan& plan,
   return engine;
 }
 
+GenerationDefaults generation_defaults(const ModelConfig& target, const std::string& flag) {
+  if (flag == "auto") return target.generation;
+  if (flag == "vllm") return {};
+  const std::string path = flag + "/generation_config.json";
+  if (!path_exists(path)) {
+    fail("--generation-config {}: expected auto, vllm, or a directory with generation_config.json",
+         flag);
+  }
+  ModelConfig read = target;
+  read.generation = {};
+  read_generation_config(read_json_file(path), path, read);
+  return read.generation;
+}
+
 EngineModels engine_models(const std::string& model_dir, const EngineOptions& flags) {
   EngineModels models{.model_dir = model_dir, .target = load_model_config(model_dir)};
   models.target.quantization = resolve_quantization(models.target.quantization, flags.quantization);
+  models.target.generation = generation_defaults(models.target, flags.generation_config);
   const int64_t tp = flags.tensor_parallel_size;
   const int64_t dcp = flags.decode_context_parallel_size;
   check_tensor_parallel(models.target, tp);

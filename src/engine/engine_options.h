@@ -63,6 +63,9 @@ struct EngineOptions {
   bool check_weights = false;         // refuse a checkpoint with NaN or infinite weights
   uint64_t seed = 0;                  // dummy weights and unseeded requests
   std::string speculative_config;     // --speculative-config: JSON, empty for none
+  // --generation-config: where requests' sampling defaults come from: auto (the model's
+  // generation_config.json), vllm (the engine's own), or a directory holding one.
+  std::string generation_config = "auto";
   int64_t tensor_parallel_size = 1;
   int64_t decode_context_parallel_size = 1;
   int64_t dcp_kv_cache_interleave_size = 1;
@@ -119,6 +122,9 @@ struct EngineModels {
 
   const ModelConfig* drafter() const { return planned_drafter ? &*planned_drafter : nullptr; }
 };
+// The sampling defaults --generation-config gives `target`'s requests (`flag`: auto, vllm or a
+// directory). Error for a directory without a valid generation_config.json.
+GenerationDefaults generation_defaults(const ModelConfig& target, const std::string& flag);
 // Error for a config, a --speculative-config, or a --tensor-parallel-size or
 // --decode-context-parallel-size that cannot run (before any weight loads).
 EngineModels engine_models(const std::string& model_dir, const EngineOptions& flags);

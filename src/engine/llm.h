@@ -142,6 +142,11 @@ class Llm {
   const ChatTemplate* chat_template() const { return chat_.get(); }  // null without a template
   const KvCachePlan& plan() const { return plan_; }
   const ModelConfig& config() const { return models_.target; }
+  // SamplingParams{} with the model's sampling defaults (--generation-config) in place: what a
+  // request that gives none runs with, as vLLM's get_default_sampling_params().
+  SamplingParams default_sampling_params() const {
+    return with_generation_defaults(SamplingParams{}, models_.target.generation);
+  }
   const std::string& model_dir() const { return models_.model_dir; }
 
  private:

@@ -153,4 +153,14 @@ SamplingParams read_sampling_params(const Json& object, SamplingParams params,
   return params;
 }
 
+SamplingParams with_generation_defaults(SamplingParams params, const GenerationDefaults& defaults) {
+  params.temperature = defaults.temperature.value_or(params.temperature);
+  params.top_k = defaults.top_k.value_or(params.top_k);
+  params.top_p = defaults.top_p.value_or(params.top_p);
+  params.min_p = defaults.min_p.value_or(params.min_p);
+  params.repetition_penalty = defaults.repetition_penalty.value_or(params.repetition_penalty);
+  params.max_tokens = defaults.max_new_tokens.value_or(params.max_tokens);
+  return params;
+}
+
 }  // namespace pagoda

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "model/model_config.h"
 
 namespace pagoda {
 
@@ -50,6 +51,11 @@ struct SamplingParams {
   // Throws Error when `stop` has more strings, or a longer one, than the limits above.
   static void check_stop(std::span<const std::string> stop);
 };
+
+// `params` with each sampling default that `defaults` holds (a checkpoint's generation_config.json)
+// in place of its own: temperature, top_k, top_p, min_p, repetition_penalty, and max_new_tokens as
+// max_tokens.
+SamplingParams with_generation_defaults(SamplingParams params, const GenerationDefaults& defaults);
 
 // A request field that is unknown or holds a value of the wrong type; `field` names it.
 class FieldError : public Error {

@@ -65,6 +65,15 @@ double ConfigReader::number_or(const std::string& key, double fallback) const {
   return value.get<double>();
 }
 
+double ConfigReader::number_in(const std::string& key, double fallback, double low,
+                               double high) const {
+  const double value = number_or(key, fallback);
+  if (!(value >= low && value <= high)) {
+    fail_field(key, fmt::format("is {}; expected a number in [{}, {}]", value, low, high));
+  }
+  return value;
+}
+
 std::optional<int64_t> ConfigReader::optional_integer(const std::string& key) const {
   if (!has(key)) return std::nullopt;
   return integer(key);

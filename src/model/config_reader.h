@@ -31,6 +31,8 @@ class ConfigReader {
   static constexpr int64_t kMaxConfigInteger = int64_t{1} << 40;
   // A number (integer or not); `fallback` when absent or null.
   double number_or(const std::string& key, double fallback) const;
+  // A number in [low, high] (NaN is not); `fallback` when absent or null.
+  double number_in(const std::string& key, double fallback, double low, double high) const;
   bool boolean_or(const std::string& key, bool fallback) const;
   std::string string(const std::string& key) const;  // required
   std::optional<std::string> optional_string(const std::string& key) const;

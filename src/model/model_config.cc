@@ -2,6 +2,7 @@
 
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <functional>
 #include <nlohmann/json.hpp>
 
@@ -62,6 +63,25 @@ void check_layer_shape(const ConfigReader& config, const LayerAttentionConfig& l
       fail("{}: layer {} has heads {}/{} and head sizes {}/{}; each must be in [1, {}]",
            config.source(), layer.name, layer.num_q_heads, layer.num_kv_heads, layer.head_size_k,
            layer.head_size_v, kMaxHeadsOrHeadSize);
+    }
+  }
+}
+
+// Adds `config`'s eos_token_id (an id or a list) to model.eos_token_ids, each id once. Error for
+// an id outside the vocabulary.
+void add_eos_token_ids(const ConfigReader& config, ModelConfig& model) {
+  if (!config.has("eos_token_id")) return;
+  const std::vector<int64_t> ids = config.raw().at("eos_token_id").is_array()
+                                       ? *config.optional_integer_list("eos_token_id")
+                                       : std::vector<int64_t>{config.integer("eos_token_id")};
+  for (const int64_t id : ids) {
+    if (id < 0 || id >= model.vocab_size) {
+      fail("{}: eos_token_id {} is outside the vocabulary (ids 0..{})", config.source(), id,
+           model.vocab_size - 1);
+    }
+    if (std::find(model.eos_token_ids.begin(), model.eos_token_ids.end(), id) ==
+        model.eos_token_ids.end()) {
+      model.eos_token_ids.push_back(id);
     }
   }
 }
@@ -173,18 +193,7 @@ ModelConfig parse_model_config(const nlohmann::json& json, const std::string& so
   model.file_config = json;
   model.quantization = parse_quantization(json, source);
   for (const ConfigReader* reader : {&text, &config}) {
-    if (!model.eos_token_ids.empty() || !reader->has("eos_token_id")) continue;
-    if (reader->raw().at("eos_token_id").is_array()) {
-      model.eos_token_ids = *reader->optional_integer_list("eos_token_id");
-    } else {
-      model.eos_token_ids = {reader->integer("eos_token_id")};
-    }
-  }
-  for (const int64_t id : model.eos_token_ids) {
-    if (id < 0 || id >= model.vocab_size) {
-      fail("{}: eos_token_id {} is outside the vocabulary (ids 0..{})", source, id,
-           model.vocab_size - 1);
-    }
+    if (model.eos_token_ids.empty()) add_eos_token_ids(*reader, model);
   }
   arch.read_layers(text, model);
   for (const LayerAttentionConfig& layer : model.layers)
@@ -192,9 +201,34 @@ ModelConfig parse_model_config(const nlohmann::json& json, const std::string& so
   return model;
 }
 
+void read_generation_config(const nlohmann::json& json, const std::string& source,
+                            ModelConfig& model) {
+  if (!json.is_object()) fail("{}: expected a JSON object", source);
+  const ConfigReader config(json, source);
+  add_eos_token_ids(config, model);
+  GenerationDefaults& defaults = model.generation;
+  const auto number = [&](const char* key, double low, double high) -> std::optional<double> {
+    if (!config.has(key)) return std::nullopt;
+    return config.number_in(key, low, low, high);
+  };
+  defaults.temperature = number("temperature", 0.0, 1e6);
+  defaults.top_p = number("top_p", 1e-9, 1.0);
+  defaults.min_p = number("min_p", 0.0, 1.0);
+  defaults.repetition_penalty = number("repetition_penalty", 1e-9, 1e6);
+  if (const std::optional<int64_t> top_k = config.optional_integer("top_k")) {
+    if (*top_k < -1) config.fail_field("top_k", "must be -1, 0 (every token) or positive");
+    defaults.top_k = *top_k;
+  }
+  if (config.has("max_new_tokens")) defaults.max_new_tokens = config.positive("max_new_tokens");
+}
+
 ModelConfig load_model_config(const std::string& model_dir) {
   const std::string path = model_dir + "/config.json";
-  return parse_model_config(read_json_file(path), path);
+  ModelConfig model = parse_model_config(read_json_file(path), path);
+  const std::string generation = model_dir + "/generation_config.json";
+  if (path_exists(generation))
+    read_generation_config(read_json_file(generation), generation, model);
+  return model;
 }
 
 std::string attention_layer_name(int64_t index) {

@@ -64,6 +64,21 @@ QuantizationConfig parse_quantization(const nlohmann::json& config, const std::s
 QuantizationConfig resolve_quantization(const QuantizationConfig& checkpoint,
                                         const std::string& flag);
 
+// The sampling defaults a checkpoint's generation_config.json gives, as vLLM reads them: each one
+// present stands in for the engine's default where a request leaves that field out.
+struct GenerationDefaults {
+  std::optional<double> temperature;
+  std::optional<int64_t> top_k;
+  std::optional<double> top_p;
+  std::optional<double> min_p;
+  std::optional<double> repetition_penalty;
+  std::optional<int64_t> max_new_tokens;  // max_tokens
+
+  bool empty() const {
+    return !temperature && !top_k && !top_p && !min_p && !repetition_penalty && !max_new_tokens;
+  }
+};
+
 struct ModelConfig {
   std::string source;          // the file it came from
   std::string architecture;    // "Gemma4ForCausalLM"
@@ -73,17 +88,25 @@ struct ModelConfig {
   int64_t vocab_size = 0;
   int64_t hidden_size = 0;
   std::vector<LayerAttentionConfig> layers;
-  std::vector<int64_t> eos_token_ids;  // eos_token_id, an id or a list
-  nlohmann::json text_config;          // the text model's fields, for the architecture's code
-  nlohmann::json file_config;          // the whole config.json, for fields outside text_config
+  // eos_token_id, an id or a list, of config.json and generation_config.json (both, in that order,
+  // each id once): a chat model's end of turn is often in the second only.
+  std::vector<int64_t> eos_token_ids;
+  GenerationDefaults generation;  // from generation_config.json
+  nlohmann::json text_config;     // the text model's fields, for the architecture's code
+  nlohmann::json file_config;     // the whole config.json, for fields outside text_config
   QuantizationConfig quantization;
 
   // True when some layer reads a target model's cache: the model only runs as a drafter.
   bool needs_target() const;
 };
 
-// Reads `model_dir`/config.json. Throws Error naming the file and what is wrong with it.
+// Reads `model_dir`/config.json, and generation_config.json where there is one. Throws Error naming
+// the file and what is wrong with it.
 ModelConfig load_model_config(const std::string& model_dir);
+// Adds an already-read generation_config.json (`source` names it in errors) to `model`: its EOS
+// ids and sampling defaults. Error for a field of the wrong type or out of range.
+void read_generation_config(const nlohmann::json& config, const std::string& source,
+                            ModelConfig& model);
 // Parses an already-read config; `source` names it in errors.
 ModelConfig parse_model_config(const nlohmann::json& config, const std::string& source);
 

@@ -120,10 +120,10 @@ OpenAiRequest read_request(const Json& body, Endpoint endpoint, const Tokenizer&
       "stop",     "stream",       "stream_options",
       "logprobs", "top_logprobs", "max_completion_tokens",
       "user"};
-  request.params = read_sampling_params(body, {.max_tokens = 16},
-                                        endpoint == Endpoint::kCompletions
-                                            ? std::span<const std::string_view>(kCompletionFields)
-                                            : std::span<const std::string_view>(kChatFields));
+  request.params = read_sampling_params(
+      body, with_generation_defaults({.max_tokens = 16}, limits.generation),
+      endpoint == Endpoint::kCompletions ? std::span<const std::string_view>(kCompletionFields)
+                                         : std::span<const std::string_view>(kChatFields));
   read_request_fields(body, request);
   const auto given = [&](const char* name) { return body.contains(name) && !body[name].is_null(); };
   if (endpoint == Endpoint::kCompletions) {
@@ -156,10 +156,12 @@ OpenAiRequest read_request(const Json& body, Endpoint endpoint, const Tokenizer&
         if (request.logprobs < 0) bad("top_logprobs", "'top_logprobs' must not be negative");
       }
     }
-    // Without max_tokens a chat completion may run to the end of the context.
+    // Without max_tokens a chat completion may run to the end of the context (or the model's
+    // max_new_tokens).
     if (!given("max_tokens") && !given("max_completion_tokens")) {
       const int64_t room = limits.max_model_len - static_cast<int64_t>(request.prompts[0].size());
-      request.params.max_tokens = std::max<int64_t>(room, 1);
+      request.params.max_tokens =
+          std::max<int64_t>(std::min(room, limits.generation.max_new_tokens.value_or(room)), 1);
     }
   }
   if (request.logprobs > limits.max_logprobs) {

@@ -50,6 +50,9 @@ struct RequestLimits {
   int64_t max_n = 128;
   // Prompts × n: the engine requests one call may start.
   int64_t max_choices = 256;
+  // The model's sampling defaults (--generation-config), for the fields a request leaves out; its
+  // max_new_tokens also caps a chat completion's default length.
+  GenerationDefaults generation;
 };
 
 // Parses a /v1/completions or /v1/chat/completions body. `chat` is null when the tokenizer has no

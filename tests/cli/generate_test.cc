@@ -306,6 +306,37 @@ TEST(GenerateCliTest, DummyWeightsNeedNoCheckpoint) {
   EXPECT_NE(std::system((base + " >/dev/null 2>&1").c_str()), 0);  // no checkpoint there
 }
 
+// generation_config.json's EOS ids end a request as config.json's do (a chat model's end of turn is
+// often there only); its sampling defaults are not generate's, whose flags are greedy by default.
+TEST(GenerateCliTest, GenerationConfigEosIdsEndRequests) {
+  const ScratchDir scratch("generation");
+  const std::string& dir = scratch.path();
+  std::ofstream(dir + "/config.json")
+      << read_file(std::string(PAGODA_SOURCE_DIR) + "/tests/fixtures/llama-tiny/config.json");
+  const std::string args =
+      "generate --model " + dir + " --load-format dummy --prompt-ids 1,2,3 --max-tokens 6 --json";
+  const CliRun plain = run_pagoda(args);
+  ASSERT_EQ(plain.exit_code, 0) << plain.err;
+  const nlohmann::json first = nlohmann::json::parse(plain.out);
+  ASSERT_FALSE(first["token_ids"].empty());
+  const int64_t end_of_turn = first["token_ids"][0];
+  std::ofstream(dir + "/generation_config.json")
+      << nlohmann::json{{"eos_token_id", {2, end_of_turn}}, {"temperature", 0.7}}.dump();
+  const CliRun stopped = run_pagoda(args);
+  ASSERT_EQ(stopped.exit_code, 0) << stopped.err;
+  const nlohmann::json out = nlohmann::json::parse(stopped.out);
+  EXPECT_EQ(out["token_ids"], nlohmann::json::array({end_of_turn}));
+  EXPECT_EQ(out["finish_reason"], "stop");
+  EXPECT_EQ(out["logprobs"][0]["logprob"], first["logprobs"][0]["logprob"]);  // still greedy
+
+  const CliRun missing = run_pagoda(args + " --generation-config /nonexistent");
+  EXPECT_EQ(missing.exit_code, 1);
+  EXPECT_NE(missing.err.find("--generation-config /nonexistent: expected auto, vllm, or a "
+                             "directory with generation_config.json"),
+            std::string::npos)
+      << missing.err;
+}
+
 // Sizes each within the config reader's bounds whose products pass 64 bits (a 2^40-token
 // vocabulary of 2^24-wide embeddings) end in one line, not in a tensor whose size wrapped around.
 TEST(GenerateCliTest, ConfigSizesPast64BitsFailInOneLine) {

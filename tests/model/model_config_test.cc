@@ -297,6 +297,56 @@ TEST(ModelConfigTest, FilesAndMalformedJson) {
   }
 }
 
+// generation_config.json adds its EOS ids to config.json's (a chat model's end of turn is often
+// there only) and gives the sampling defaults vLLM reads from it; a bad field names the file.
+TEST(ModelConfigTest, GenerationConfigAddsEosIdsAndSamplingDefaults) {
+  const testing::ScratchDir scratch("generation");
+  const std::string& dir = scratch.path();
+  nlohmann::json config = tiny_llama();
+  config["eos_token_id"] = 2;
+  std::ofstream(dir + "/config.json") << config.dump();
+  EXPECT_EQ(load_model_config(dir).eos_token_ids, (std::vector<int64_t>{2}));
+  EXPECT_TRUE(load_model_config(dir).generation.empty());
+
+  const auto write_generation = [&](const nlohmann::json& generation) {
+    std::ofstream(dir + "/generation_config.json") << generation.dump();
+  };
+  write_generation({{"eos_token_id", {2, 7, 7}},
+                    {"temperature", 0.6},
+                    {"top_k", 20},
+                    {"top_p", 0.95},
+                    {"do_sample", true},
+                    {"max_new_tokens", 100}});
+  const ModelConfig model = load_model_config(dir);
+  EXPECT_EQ(model.eos_token_ids, (std::vector<int64_t>{2, 7}));
+  EXPECT_EQ(model.generation.temperature, 0.6);
+  EXPECT_EQ(model.generation.top_k, 20);
+  EXPECT_EQ(model.generation.top_p, 0.95);
+  EXPECT_EQ(model.generation.min_p, std::nullopt);
+  EXPECT_EQ(model.generation.repetition_penalty, std::nullopt);
+  EXPECT_EQ(model.generation.max_new_tokens, 100);
+
+  const std::string path = dir + "/generation_config.json";
+  for (const auto& [bad, says] : std::vector<std::pair<nlohmann::json, std::string>>{
+           {{{"eos_token_id", 5000}}, "eos_token_id 5000 is outside the vocabulary"},
+           {{{"temperature", -1}}, "'temperature' is -1; expected a number in [0, "},
+           {{{"top_p", 0}}, "'top_p' is 0; expected a number in ["},
+           {{{"top_k", -2}}, "'top_k' must be -1, 0 (every token) or positive"},
+           {{{"repetition_penalty", "high"}}, "'repetition_penalty'"},
+           {{{"max_new_tokens", 0}}, "'max_new_tokens'"},
+           {nlohmann::json::array(), "expected a JSON object"}}) {
+    SCOPED_TRACE(bad.dump());
+    write_generation(bad);
+    try {
+      load_model_config(dir);
+      ADD_FAILURE() << "expected an error";
+    } catch (const Error& error) {
+      EXPECT_NE(std::string(error.what()).find(path), std::string::npos) << error.what();
+      EXPECT_NE(std::string(error.what()).find(says), std::string::npos) << error.what();
+    }
+  }
+}
+
 }  // namespace
 }  // namespace pagoda
 

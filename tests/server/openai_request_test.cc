@@ -52,6 +52,36 @@ TEST(OpenAiRequestTest, ChatFieldsAndDefaults) {
   EXPECT_EQ(parse(R"({"prompt": "a"})").logprobs, -1);
 }
 
+// The model's generation_config.json defaults fill the sampling fields a request leaves out; its
+// max_new_tokens also caps a chat reply's default length.
+TEST(OpenAiRequestTest, TheModelsGenerationDefaultsFillFieldsLeftOut) {
+  static const ChatTemplate chat(byte_tokenizer());
+  const RequestLimits limits{
+      .served_model_name = "m",
+      .max_model_len = 64,
+      .generation = {.temperature = 0.6, .top_k = 20, .top_p = 0.95, .max_new_tokens = 10}};
+  const auto parse_with = [&](const std::string& body, Endpoint endpoint) {
+    return parse_openai_request(Json::parse(body), endpoint, byte_tokenizer(), &chat, limits);
+  };
+  const SamplingParams left_out = parse_with(R"({"prompt": "a"})", Endpoint::kCompletions).params;
+  EXPECT_EQ(left_out.temperature, 0.6);
+  EXPECT_EQ(left_out.top_k, 20);
+  EXPECT_EQ(left_out.top_p, 0.95);
+  EXPECT_EQ(left_out.min_p, 0.0);
+  EXPECT_EQ(left_out.max_tokens, 10);
+  const SamplingParams given =
+      parse_with(R"({"prompt": "a", "temperature": 0, "top_k": null, "max_tokens": 30})",
+                 Endpoint::kCompletions)
+          .params;
+  EXPECT_EQ(given.temperature, 0.0);
+  EXPECT_EQ(given.top_k, 20);  // null leaves the default
+  EXPECT_EQ(given.max_tokens, 30);
+  const std::string hi = R"({"messages": [{"role": "user", "content": "hi"}])";
+  EXPECT_EQ(parse_with(hi + "}", Endpoint::kChatCompletions).params.max_tokens, 10);
+  EXPECT_EQ(parse_with(hi + R"(, "max_tokens": 40})", Endpoint::kChatCompletions).params.max_tokens,
+            40);
+}
+
 TEST(OpenAiRequestTest, BadRequestsNameTheParameter) {
   const std::pair<const char*, const char*> cases[] = {
       {R"([])", ""},
