@@ -337,6 +337,34 @@ TEST(GenerateCliTest, GenerationConfigEosIdsEndRequests) {
       << missing.err;
 }
 
+// A Gemma 4 whose per-layer table is shorter than its vocabulary (vocab_size_per_layer_input 128
+// of 256) reads row 0 of it for later tokens, as transformers does, rather than failing the
+// request; a negative norm epsilon is refused naming the field.
+TEST(GenerateCliTest, Gemma4PerLayerTableShorterThanTheVocabulary) {
+  const ScratchDir scratch("ple");
+  const std::string& dir = scratch.path();
+  nlohmann::json config = nlohmann::json::parse(
+      read_file(std::string(PAGODA_SOURCE_DIR) + "/tests/fixtures/gemma4-tiny/config.json"));
+  const nlohmann::json original = config;
+  config["vocab_size_per_layer_input"] = 128;
+  std::ofstream(dir + "/config.json") << config.dump();
+  const std::string args = "generate --model " + dir +
+                           " --load-format dummy --prompt-ids 5,200,255,130 --max-tokens 8 "
+                           "--ignore-eos --json";
+  const CliRun run = run_pagoda(args);
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_EQ(nlohmann::json::parse(run.out)["token_ids"].size(), 8u);
+
+  config = original;
+  config["rms_norm_eps"] = -1;
+  std::ofstream(dir + "/config.json") << config.dump();
+  const CliRun negative = run_pagoda(args);
+  EXPECT_EQ(negative.exit_code, 1);
+  EXPECT_NE(negative.err.find("'rms_norm_eps' is -1; expected a number in [0, 1]"),
+            std::string::npos)
+      << negative.err;
+}
+
 // Sizes each within the config reader's bounds whose products pass 64 bits (a 2^40-token
 // vocabulary of 2^24-wide embeddings) end in one line, not in a tensor whose size wrapped around.
 TEST(GenerateCliTest, ConfigSizesPast64BitsFailInOneLine) {

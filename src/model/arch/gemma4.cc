@@ -6,6 +6,7 @@
 // gated into the residual; and a learned scalar on the whole hidden state. Norms scale by w (not
 // 1 + w). Embeddings are scaled by sqrt(hidden) rounded to the weight dtype; logits are softcapped.
 #include <cmath>
+#include <cstring>
 
 #include "model/arch/gemma4.h"
 #include "model/layers/rope_config.h"
@@ -26,6 +27,19 @@ float read_scalar(WeightSource& weights, const std::string& name) {
   return cpu::to_floats(weights.get(name, {1}))[0];
 }
 
+// The per-layer table [ple_vocab, width] grown to `vocab` rows, each row past its own a copy of
+// row 0: a token past vocab_size_per_layer_input reads row 0 of it, as transformers reads it.
+Tensor repeat_row_zero_to(const Tensor& table, int64_t vocab) {
+  const Tensor host = table.to(Device::cpu());
+  const size_t row_bytes = static_cast<size_t>(host.size(1) * host.element_size());
+  Tensor grown = Tensor::empty({vocab, host.size(1)}, host.dtype());
+  std::memcpy(grown.raw_data(), host.raw_data(), static_cast<size_t>(host.size(0)) * row_bytes);
+  for (int64_t row = host.size(0); row < vocab; ++row)
+    std::memcpy(grown.raw_data() + static_cast<size_t>(row) * row_bytes, host.raw_data(),
+                row_bytes);
+  return grown.to(table.device());
+}
+
 }  // namespace
 
 Gemma4Model::Gemma4Model(const ModelConfig& config, WeightSource& weights,
@@ -36,7 +50,7 @@ Gemma4Model::Gemma4Model(const ModelConfig& config, WeightSource& weights,
   const int64_t hidden = config.hidden_size;
   const int64_t vocab = config.vocab_size;
   const int64_t num_layers = static_cast<int64_t>(config.layers.size());
-  const float eps = static_cast<float>(text.number_or("rms_norm_eps", 1e-6));
+  const float eps = static_cast<float>(text.number_in("rms_norm_eps", 1e-6, 0.0, 1.0));
   const std::string act = text.optional_string("hidden_activation").value_or("gelu_pytorch_tanh");
   if (act != "gelu_pytorch_tanh" && act != "gelu_tanh") {
     text.fail_field("hidden_activation", "is '" + act + "'; supported: gelu_pytorch_tanh");
@@ -67,6 +81,7 @@ Gemma4Model::Gemma4Model(const ModelConfig& config, WeightSource& weights,
     const int64_t ple_vocab = text.positive("vocab_size_per_layer_input");
     ple_table_ =
         weights.get(prefix + "embed_tokens_per_layer.weight", {ple_vocab, num_layers * ple_size_});
+    if (ple_vocab < vocab) ple_table_ = repeat_row_zero_to(ple_table_, vocab);
     ple_scale_ = round_to(ple_table_.dtype(), std::sqrt(static_cast<float>(ple_size_)));
     ple_projection_ =
         weights.get(prefix + "per_layer_model_projection.weight", {num_layers * ple_size_, hidden});

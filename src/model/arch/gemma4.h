@@ -76,7 +76,7 @@ class Gemma4Model : public CausalLm {
   Tensor embed_tokens_;  // [vocab, hidden]; also the output projection
   float embed_scale_ = 1.0f;
   int64_t ple_size_ = 0;
-  Tensor ple_table_;  // [ple_vocab, layers * P]
+  Tensor ple_table_;  // [max(ple_vocab, vocab), layers * P]
   float ple_scale_ = 1.0f;
   Tensor ple_projection_;  // [layers * P, hidden]
   RmsNorm ple_norm_;

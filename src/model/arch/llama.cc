@@ -23,7 +23,7 @@ LlamaModel::LlamaModel(const ModelConfig& config, WeightSource& weights,
   const int64_t hidden = config.hidden_size;
   const int64_t vocab = config.vocab_size;
   const int64_t inner = text.positive("intermediate_size");
-  const float eps = static_cast<float>(text.number_or("rms_norm_eps", 1e-6));
+  const float eps = static_cast<float>(text.number_in("rms_norm_eps", 1e-6, 0.0, 1.0));
   const cpu::Activation activation = read_gated_activation(text);
   SelfAttentionOptions options = attention_options;
   options.norm_eps = eps;

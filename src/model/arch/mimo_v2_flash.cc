@@ -51,8 +51,8 @@ MiMoV2FlashModel::MiMoV2FlashModel(const ModelConfig& config, WeightSource& weig
   const int64_t hidden = config.hidden_size;
   const int64_t vocab = config.vocab_size;
   const int64_t num_layers = static_cast<int64_t>(config.layers.size());
-  const float eps =
-      static_cast<float>(text.number_or("layernorm_epsilon", text.number_or("rms_norm_eps", 1e-5)));
+  const float eps = static_cast<float>(text.number_in(
+      "layernorm_epsilon", text.number_in("rms_norm_eps", 1e-5, 0.0, 1.0), 0.0, 1.0));
   const cpu::Activation activation = read_gated_activation(text);
   const float value_scale = static_cast<float>(text.number_or("attention_value_scale", 1.0));
   const std::vector<bool> sparse = sparse_layers(text, num_layers);
