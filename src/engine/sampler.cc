@@ -224,7 +224,7 @@ SampledToken Sampler::sample_on_host(Request& request, const float* logits, cons
 
 SamplingRow sampling_row(const SamplingParams& params, double uniform) {
   if (params.greedy()) return {};
-  return {.temperature = params.temperature,
+  return {.temperature = params.sampling_temperature(),
           .top_p = params.top_p,
           .min_p = params.min_p,
           .uniform = uniform,
@@ -321,12 +321,13 @@ FilteredDistribution filter_distribution(const float* logits, int64_t vocab,
   // Probabilities of logits / temperature, in double.
   std::vector<double>& probs = out.probs;
   probs.resize(vocab);
+  const double temperature = params.sampling_temperature();
   double max = -INFINITY;
   for (int64_t i = 0; i < vocab; ++i)
-    max = std::max(max, logits[i] / params.temperature);
+    max = std::max(max, logits[i] / temperature);
   double total = 0;
   for (int64_t i = 0; i < vocab; ++i)
-    total += probs[i] = std::exp(logits[i] / params.temperature - max);
+    total += probs[i] = std::exp(logits[i] / temperature - max);
   for (double& p : probs)
     p /= total;
   // Most likely first (ties by lower id), so every filter keeps a prefix.

@@ -80,8 +80,9 @@ void SamplingParams::validate(int64_t vocab_size) const {
   if (frequency_penalty < -2.0 || frequency_penalty > 2.0) {
     fail("frequency_penalty is {}; it must be in [-2, 2]", frequency_penalty);
   }
-  if (repetition_penalty <= 0.0) {
-    fail("repetition_penalty is {}; it must be positive", repetition_penalty);
+  // Applied as a float: outside these bounds it would be 0 or infinite there.
+  if (!(repetition_penalty >= 1e-30 && repetition_penalty <= 1e30)) {
+    fail("repetition_penalty is {}; it must be in [1e-30, 1e30]", repetition_penalty);
   }
   if (max_tokens < 1) fail("max_tokens is {}; it must be at least 1", max_tokens);
   if (min_tokens < 0 || min_tokens > max_tokens) {

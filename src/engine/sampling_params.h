@@ -1,6 +1,7 @@
 // Per-request sampling parameters, with the meaning vLLM gives them.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -41,7 +42,12 @@ struct SamplingParams {
   static constexpr size_t kMaxStopStrings = 64;
   static constexpr size_t kMaxStopBytes = 1024;
 
-  bool greedy() const { return temperature == 0.0; }
+  // As vLLM reads a temperature: below kGreedyBelow greedy, and a sampling one at least
+  // kMinTemperature (logits divided by less overflow float and leave no distribution).
+  static constexpr double kGreedyBelow = 1e-5;
+  static constexpr double kMinTemperature = 0.01;
+  bool greedy() const { return temperature < kGreedyBelow; }
+  double sampling_temperature() const { return std::max(temperature, kMinTemperature); }
   // Whether a token's logits change with the tokens before it (repetition, frequency or presence).
   bool has_penalties() const {
     return repetition_penalty != 1.0 || frequency_penalty != 0.0 || presence_penalty != 0.0;

@@ -100,6 +100,34 @@ TEST(SamplerTest, GreedyAndSeeds) {
   EXPECT_NE(draws(7), draws(8));
 }
 
+// As vLLM reads a temperature: below 1e-5 greedy, below 0.01 raised to 0.01. Logits divided by a
+// temperature of 1e-310 overflowed to infinities whose difference is NaN, and every draw fell
+// through to the last token.
+TEST(SamplerTest, TinyTemperaturesAreGreedyOrRaised) {
+  // Within 1% of the most likely logit, so that 0.01 still leaves a distribution.
+  const std::vector<float> logits = {0.0f, 0.005f, -0.01f, -50.0f};
+  SamplerRng rng(3);
+  for (const double greedy : {1e-310, 1e-300, 9e-6}) {
+    SCOPED_TRACE(greedy);
+    EXPECT_TRUE((SamplingParams{.temperature = greedy}.greedy()));
+    EXPECT_EQ(sample_token(logits.data(), 4, {.temperature = greedy}, rng), 1);
+  }
+  for (const double tiny : {1e-5, 1e-3}) {
+    SCOPED_TRACE(tiny);
+    const SamplingParams params{.temperature = tiny};
+    EXPECT_FALSE(params.greedy());
+    EXPECT_EQ(params.sampling_temperature(), SamplingParams::kMinTemperature);
+    std::vector<int> counts(logits.size(), 0);
+    for (int i = 0; i < 2000; ++i)
+      ++counts[sample_token(logits.data(), 4, params, rng)];
+    // At temperature 0.01: about 0.33, 0.55 and 0.12 for the first three, never the last.
+    EXPECT_GT(counts[0], 500);
+    EXPECT_GT(counts[1], 900);
+    EXPECT_GT(counts[2], 150);
+    EXPECT_EQ(counts[3], 0);
+  }
+}
+
 TEST(SamplerTest, Penalties) {
   std::vector<float> logits = {2.0f, -1.0f, 0.5f, 3.0f};
   // Token 0 in the prompt; tokens 1 (twice) and 3 in the output.
@@ -165,6 +193,8 @@ TEST(SamplingParamsTest, ValidationNamesTheParameter) {
       {{.stop_token_ids = {300}}, "stop token id 300"},
       {{.presence_penalty = 3.0}, "presence_penalty"},
       {{.repetition_penalty = 0.0}, "repetition_penalty"},
+      // A float would hold it as 0.
+      {{.repetition_penalty = 1e-46}, "repetition_penalty is 1e-46; it must be in [1e-30, 1e30]"},
       {{.logprobs = -1}, "logprobs"},
   };
   for (const auto& [params, name] : cases) {
