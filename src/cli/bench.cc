@@ -122,12 +122,13 @@ EngineOptions fit_engine_flags(const BenchOptions& options, const ModelConfig& c
   sampling.max_tokens = options.output_len;
   sampling.validate(config.vocab_size);
   EngineOptions engine = options.engine;
-  const int64_t longest = options.input_len + options.output_len;
   const int64_t max_model_len = engine.cache.max_model_len.value_or(config.max_position_embeddings);
-  if (longest > max_model_len) {
-    fail("--input-len {} plus --output-len {} is {} tokens; max_model_len is {}", options.input_len,
-         options.output_len, longest, max_model_len);
+  // Compared without adding first, so that lengths near 2^63 cannot wrap past the check.
+  if (options.input_len > max_model_len - options.output_len) {
+    fail("--input-len {} plus --output-len {} is longer than max_model_len {}", options.input_len,
+         options.output_len, max_model_len);
   }
+  const int64_t longest = options.input_len + options.output_len;
   // Without --max-model-len the cache is planned for the benchmark's length, not the model's.
   if (!engine.cache.max_model_len) engine.cache.max_model_len = longest;
   const auto fit = [&](const char* flag, int64_t& value) {

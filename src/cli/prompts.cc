@@ -1,7 +1,7 @@
 #include "cli/prompts.h"
 
 #include <filesystem>
-#include <fstream>
+#include <sstream>
 
 #include "core/error.h"
 #include "core/files.h"
@@ -49,11 +49,18 @@ std::vector<int32_t> read_ids(const nlohmann::ordered_json& value, const std::st
 }  // namespace
 
 std::vector<PromptSpec> read_prompts_file(const std::string& path, const SamplingParams& defaults) {
-  std::ifstream file(path);
-  if (!file) fail("cannot read prompts file '{}'", path);
+  // Read whole, as every other file is: a regular file of bounded size (a device such as /dev/zero
+  // is refused rather than read without end), and a read error is an error, not the end.
+  std::string text;
+  try {
+    text = read_text_file(path);
+  } catch (const Error& error) {
+    fail("cannot read prompts file '{}': {}", path, error.what());
+  }
   std::vector<PromptSpec> requests;
+  std::istringstream lines(std::move(text));
   std::string line;
-  for (int number = 1; std::getline(file, line); ++number) {
+  for (int number = 1; std::getline(lines, line); ++number) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     const std::string where = path + ":" + std::to_string(number);
     const auto value = parse_json_text<nlohmann::ordered_json>(line, where);

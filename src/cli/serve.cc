@@ -56,6 +56,10 @@ extern "C" void on_stop_signal(int signal) {
 }
 
 void run_serve(const ServeOptions& options) {
+  // Written so that NaN fails too (CLI11's range check lets it through).
+  if (!(options.shutdown_grace_s >= 0.0 && options.shutdown_grace_s <= 3600.0)) {
+    fail("--shutdown-grace {}: it must be in [0, 3600]", options.shutdown_grace_s);
+  }
   set_up_logging(options.log_level);
   if (options.server.api_key.empty() && !is_loopback(options.server.host)) {
     fmt::print(stderr,

@@ -130,6 +130,8 @@ TEST(GenerateCliTest, BadInputIsOneLineAndNonZero) {
       {"--prompt-ids 1 --gpu-memory-utilization nan", "--gpu-memory-utilization nan"},
       {"", "no prompts"},
       {"--prompts-file /nonexistent/prompts.jsonl", "cannot read prompts file"},
+      // A device is refused, not read without end.
+      {"--prompts-file /dev/zero", "cannot read prompts file '/dev/zero'"},
   };
   for (const auto& [args, message] : cases) {
     const CliRun run = run_generate(args);

@@ -18,6 +18,14 @@ TEST(ServeCliTest, RefusesAPortOutOfRange) {
   }
 }
 
+// NaN passes CLI11's range check; a grace of NaN seconds aborted every request at once.
+TEST(ServeCliTest, RefusesAGraceThatIsNotANumber) {
+  const CliRun run = run_pagoda("serve --shutdown-grace nan --model /nonexistent/model");
+  EXPECT_EQ(run.exit_code, 1);
+  EXPECT_NE(run.err.find("--shutdown-grace nan: it must be in [0, 3600]"), std::string::npos)
+      << run.err;
+}
+
 // Listening beyond loopback without a key is allowed but said; a key from the environment counts.
 TEST(ServeCliTest, WarnsWhenExposedWithoutAKey) {
   const std::string args = "serve --host 0.0.0.0 --model /nonexistent/model";
