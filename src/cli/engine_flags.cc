@@ -17,10 +17,16 @@ void add_model_flags(CLI::App& command, ModelPaths& flags) {
                      "Directory of tokenizer.json (default: the model's)");
 }
 
+std::string refuse_negative(const std::string& text) {
+  return text.find('-') == std::string::npos ? ""
+                                             : "'" + text + "' is negative; expected 0 or more";
+}
+
 void add_engine_flags(CLI::App& command, EngineOptions& flags) {
   command.add_flag("--check-weights", flags.check_weights,
                    "Read every weight first and refuse NaN or infinite values, naming the tensors");
   command.add_option("--seed", flags.seed, "Seed of dummy weights and unseeded requests")
+      ->check(refuse_negative)
       ->capture_default_str();
   command
       .add_option("--max-num-seqs", flags.scheduler.max_num_seqs, "Most requests running at once")

@@ -21,6 +21,10 @@ void add_chat_template_flag(CLI::App& command, ModelPaths& paths);
 
 void add_engine_flags(CLI::App& command, EngineOptions& options);
 
+// A check for an unsigned flag (a seed): the error for a negative number, which CLI11 would read
+// as 2^64 minus it; else "".
+std::string refuse_negative(const std::string& text);
+
 // --temperature, --top-k, --top-p and --min-p into `sampling`.
 void add_sampling_filter_flags(CLI::App& command, SamplingParams& sampling);
 

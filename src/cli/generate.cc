@@ -209,8 +209,10 @@ void add_generate_command(CLI::App& app) {
   command->add_option("--repetition-penalty", sampling.repetition_penalty)->capture_default_str();
   command->add_option("--stop-token-ids", sampling.stop_token_ids, "Token ids that end a request")
       ->delimiter(',');
-  command->add_option("--request-seed", options->request_seed,
-                      "Seed every request's sampling (the same tokens in any batch)");
+  command
+      ->add_option("--request-seed", options->request_seed,
+                   "Seed every request's sampling (the same tokens in any batch)")
+      ->check(refuse_negative);
   command->add_option("--logprobs", sampling.logprobs, "Top log-probabilities per generated token")
       ->capture_default_str();
   command->add_option("--prompt-logprobs", sampling.prompt_logprobs,

@@ -107,6 +107,7 @@ void SamplingParams::check_stop(std::span<const std::string> stop) {
     fail("stop has {} strings; at most {} are allowed", stop.size(), kMaxStopStrings);
   }
   for (const std::string& s : stop) {
+    if (s.empty()) fail("stop cannot contain an empty string");
     if (s.size() > kMaxStopBytes) {
       fail("a stop string is {} bytes long; at most {} are allowed", s.size(), kMaxStopBytes);
     }

@@ -54,7 +54,8 @@ struct SamplingParams {
   }
   // Throws Error naming the parameter, its value and the allowed range.
   void validate(int64_t vocab_size) const;
-  // Throws Error when `stop` has more strings, or a longer one, than the limits above.
+  // Throws Error when `stop` has more strings, or a longer one, than the limits above, or an empty
+  // one (which would match everywhere).
   static void check_stop(std::span<const std::string> stop);
 };
 

@@ -91,9 +91,14 @@ void read_request_fields(const Json& body, OpenAiRequest& request) {
   if (const Json* v = optional("stream")) request.stream = read_boolean("stream", *v);
   if (const Json* v = optional("stream_options")) {
     if (!v->is_object()) bad("stream_options", "'stream_options' must be an object");
+    if (!request.stream)
+      bad("stream_options", "'stream_options' is only allowed with 'stream': true");
     if (v->contains("include_usage")) {
       request.include_usage = read_boolean("stream_options.include_usage", (*v)["include_usage"]);
     }
+  }
+  if (const Json* v = optional("user"); v != nullptr && !v->is_string()) {
+    bad("user", "'user' must be a string");
   }
 }
 
@@ -148,10 +153,13 @@ OpenAiRequest read_request(const Json& body, Endpoint endpoint, const Tokenizer&
       request.params.max_tokens =
           read_integer("max_completion_tokens", body["max_completion_tokens"]);
     }
-    if (body.contains("logprobs") && !body["logprobs"].is_null() &&
-        read_boolean("logprobs", body["logprobs"])) {
+    const bool logprobs = given("logprobs") && read_boolean("logprobs", body["logprobs"]);
+    if (given("top_logprobs") && !logprobs) {
+      bad("top_logprobs", "'top_logprobs' needs 'logprobs': true");
+    }
+    if (logprobs) {
       request.logprobs = 0;
-      if (body.contains("top_logprobs") && !body["top_logprobs"].is_null()) {
+      if (given("top_logprobs")) {
         request.logprobs = read_integer("top_logprobs", body["top_logprobs"]);
         if (request.logprobs < 0) bad("top_logprobs", "'top_logprobs' must not be negative");
       }

@@ -308,6 +308,15 @@ TEST(GenerateCliTest, DummyWeightsNeedNoCheckpoint) {
   EXPECT_NE(std::system((base + " >/dev/null 2>&1").c_str()), 0);  // no checkpoint there
 }
 
+// A negative seed is refused rather than read as 2^64 - 1.
+TEST(GenerateCliTest, SeedsAreNotNegative) {
+  for (const char* flag : {"--seed", "--request-seed"}) {
+    const CliRun run = run_generate(std::string("--prompt-ids 1 ") + flag + " -1");
+    EXPECT_NE(run.exit_code, 0) << flag;
+    EXPECT_NE(run.err.find(std::string(flag) + ": '-1' is negative"), std::string::npos) << run.err;
+  }
+}
+
 // generation_config.json's EOS ids end a request as config.json's do (a chat model's end of turn is
 // often there only); its sampling defaults are not generate's, whose flags are greedy by default.
 TEST(GenerateCliTest, GenerationConfigEosIdsEndRequests) {
