@@ -316,8 +316,11 @@ class Session : public std::enable_shared_from_this<Session> {
   // Writing -------------------------------------------------------------------------------------
 
   void send(std::string bytes) {
+    // The cap is on output that piles up behind a client that does not read: a piece sent when
+    // nothing waits (a whole response, however long) always goes out.
+    const bool waiting = writing_ || !out_.empty();
     queued_bytes_ += bytes.size();
-    if (queued_bytes_ > limits().max_pending_output) {
+    if (waiting && queued_bytes_ > limits().max_pending_output) {
       spdlog::warn("{} {}: the client reads too slowly; closing", method_, path_);
       client_gone();
       return;

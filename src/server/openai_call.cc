@@ -2,7 +2,6 @@
 
 #include <atomic>
 #include <ctime>
-#include <map>
 #include <random>
 #include <span>
 
@@ -39,7 +38,11 @@ struct ChoiceState {
   std::string finish_reason;  // empty while running
   int64_t num_tokens = 0;
   bool started = false;  // streaming: the first chunk (role, echo) went out
-  Json prompt_logprobs;  // with prompt_logprobs asked for, once the prompt is computed
+  // With prompt_logprobs asked for, once the prompt is computed (until streamed).
+  std::vector<std::optional<Logprobs>> prompt_logprobs;
+  // Not streamed, with logprobs asked for: the tokens kept so far, their log-probabilities made
+  // into JSON only in the response (a JSON entry takes about a hundred times their bytes).
+  std::vector<SampledToken> tokens;
 };
 
 }  // namespace
@@ -123,16 +126,15 @@ class OpenAiCall::State {
     for (const auto& choice : choices_) {
       completion_tokens += choice->num_tokens;
       Json entry = {{"index", choice->index}};
+      const Json logprobs = choice->tokens.empty() ? Json() : token_logprobs(choice->tokens);
       if (chat_) {
         entry["message"] = {{"role", "assistant"}, {"content", choice->text->text()}};
-        entry["logprobs"] = logprobs_[choice->index].is_null()
-                                ? Json()
-                                : Json{{"content", logprobs_[choice->index]}};
+        entry["logprobs"] = logprobs.is_null() ? Json() : Json{{"content", logprobs}};
       } else {
         entry["text"] = choice->echo + choice->text->text();
-        entry["logprobs"] = completion_logprobs(logprobs_[choice->index], choice->echo.size());
+        entry["logprobs"] = completion_logprobs(logprobs, choice->echo.size());
       }
-      if (request_.params.prompt_logprobs) entry["prompt_logprobs"] = choice->prompt_logprobs;
+      if (request_.params.prompt_logprobs) entry["prompt_logprobs"] = prompt_logprobs(*choice);
       entry["finish_reason"] = choice->finish_reason;
       choices.push_back(std::move(entry));
     }
@@ -209,8 +211,10 @@ class OpenAiCall::State {
 
   // vLLM's layout of prompt log-probabilities: null for the first token, then per token a map
   // from token id to its log-probability, rank and text, for the prompt's token and the top ones.
-  Json prompt_logprobs(const ChoiceState& choice,
-                       const std::vector<std::optional<Logprobs>>& logprobs) const {
+  // Null before the prompt is computed.
+  Json prompt_logprobs(const ChoiceState& choice) const {
+    const std::vector<std::optional<Logprobs>>& logprobs = choice.prompt_logprobs;
+    if (logprobs.empty()) return Json();
     const std::vector<int32_t>& prompt = request_.prompts[choice.prompt];
     Json out = Json::array();
     for (size_t i = 0; i < logprobs.size(); ++i) {
@@ -245,16 +249,18 @@ class OpenAiCall::State {
     for (const RequestDelta& delta : deltas) {
       if (!choice.finish_reason.empty()) break;
       if (!delta.prompt_logprobs.empty()) {
-        choice.prompt_logprobs = prompt_logprobs(choice, delta.prompt_logprobs);
+        choice.prompt_logprobs = delta.prompt_logprobs;
         prompt_logprobs_due = true;
       }
       const TextStream::Added added = add_delta_text(*choice.text, delta);
       text += added.text;
       const std::span<const SampledToken> kept(delta.new_tokens.data(), added.tokens);
       choice.num_tokens += static_cast<int64_t>(kept.size());
-      if (request_.logprobs >= 0) {
+      if (request_.logprobs >= 0 && request_.stream) {
         for (Json& entry : token_logprobs(kept))
           entries.push_back(std::move(entry));
+      } else if (request_.logprobs >= 0) {
+        choice.tokens.insert(choice.tokens.end(), kept.begin(), kept.end());
       }
       if (choice.text->stopped()) {
         choice.finish_reason = "stop";
@@ -268,12 +274,6 @@ class OpenAiCall::State {
           choice.finish_reason = "abort";
         }
       }
-    }
-    if (request_.logprobs >= 0 && !entries.empty()) {
-      Json& all = logprobs_[choice.index];
-      if (all.is_null()) all = Json::array();
-      for (const Json& entry : entries)
-        all.push_back(entry);
     }
     std::vector<Json> chunks;
     if (!request_.stream) return chunks;
@@ -301,7 +301,10 @@ class OpenAiCall::State {
       entry["text"] = (opening ? choice.echo : "") + text;
       entry["logprobs"] = completion_logprobs(logprobs, offset);
     }
-    if (prompt_logprobs_due) entry["prompt_logprobs"] = choice.prompt_logprobs;
+    if (prompt_logprobs_due) {
+      entry["prompt_logprobs"] = prompt_logprobs(choice);
+      choice.prompt_logprobs.clear();  // sent: a stream keeps nothing it has sent
+    }
     entry["finish_reason"] = choice.finish_reason.empty() || choice.finish_reason == "abort"
                                  ? Json()
                                  : Json(choice.finish_reason);
@@ -327,7 +330,6 @@ class OpenAiCall::State {
   std::string id_;
   int64_t created_;
   std::vector<std::unique_ptr<ChoiceState>> choices_;
-  std::map<int64_t, Json> logprobs_;  // per choice: chat-style entries of every token so far
   int64_t prompt_tokens_ = 0;
   std::string error_;  // set when the engine failed a choice
 };

@@ -102,6 +102,30 @@ void read_request_fields(const Json& body, OpenAiRequest& request) {
   }
 }
 
+// A response that is not streamed holds every log-probability it reports at once (each a JSON
+// object of about a hundred bytes); a stream sends them as they come and keeps none. Counted in
+// double, as max_tokens may be near 2^63 here.
+void check_response_logprobs(const OpenAiRequest& request, const RequestLimits& limits) {
+  if (request.stream) return;
+  const double tokens =
+      static_cast<double>(std::min(request.params.max_tokens, limits.max_model_len));
+  double entries = 0;
+  for (const std::vector<int32_t>& prompt : request.prompts) {
+    if (request.logprobs >= 0) entries += tokens * static_cast<double>(request.logprobs + 1);
+    if (request.params.prompt_logprobs) {
+      entries += static_cast<double>(prompt.size()) *
+                 static_cast<double>(*request.params.prompt_logprobs + 1);
+    }
+  }
+  entries *= static_cast<double>(request.n);
+  if (entries > static_cast<double>(limits.max_response_logprobs)) {
+    bad(request.logprobs >= 0 ? "logprobs" : "prompt_logprobs",
+        fmt::format("the response would hold up to {:.0f} log-probabilities; at most {} unless it "
+                    "is streamed ('stream': true sends them as they are made)",
+                    entries, limits.max_response_logprobs));
+  }
+}
+
 OpenAiRequest read_request(const Json& body, Endpoint endpoint, const Tokenizer& tokenizer,
                            const ChatTemplate* chat, const RequestLimits& limits) {
   if (!body.is_object()) bad("", "the request body must be a JSON object");
@@ -194,6 +218,7 @@ OpenAiRequest read_request(const Json& body, Endpoint endpoint, const Tokenizer&
   } catch (const Error& error) {
     bad("", error.what());
   }
+  check_response_logprobs(request, limits);
   return request;
 }
 

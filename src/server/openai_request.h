@@ -50,6 +50,9 @@ struct RequestLimits {
   int64_t max_n = 128;
   // Prompts × n: the engine requests one call may start.
   int64_t max_choices = 256;
+  // Log-probabilities (each token's and its alternatives', of the output and of prompts, over
+  // every choice) that a response not streamed may hold at once.
+  int64_t max_response_logprobs = int64_t{1} << 21;
   // The model's sampling defaults (--generation-config), for the fields a request leaves out; its
   // max_new_tokens also caps a chat completion's default length.
   GenerationDefaults generation;

@@ -119,6 +119,20 @@ TEST(HttpServerTest, AnswersAndKeepsTheConnectionForPipelinedRequests) {
   EXPECT_LT(first, second);
 }
 
+// The cap on output queued for a slow client is on what piles up behind it: a whole response sent
+// at once goes out however long (a 70 MB one was cut after all the work to make it).
+TEST(HttpServerTest, AWholeResponseLongerThanTheQueueCapGoesOut) {
+  TestServer server(
+      {.max_body_bytes = 1000, .max_header_bytes = 2000, .threads = 2, .max_pending_output = 100});
+  Client client(server.port);
+  const std::string body(600, 'b');
+  client.send("POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 600\r\nConnection: close\r\n\r\n" +
+              body);
+  const std::string out = client.read_all();
+  EXPECT_EQ(status_of(out), "HTTP/1.1 200 OK");
+  EXPECT_NE(out.find("\r\n\r\n" + body), std::string::npos) << out.size();
+}
+
 TEST(HttpServerTest, ReadsAChunkedBodyWithinTheLimit) {
   TestServer server;
   Client client(server.port);

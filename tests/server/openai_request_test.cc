@@ -82,6 +82,36 @@ TEST(OpenAiRequestTest, TheModelsGenerationDefaultsFillFieldsLeftOut) {
             40);
 }
 
+// A response that is not streamed holds all its log-probabilities at once: their count is bounded
+// (choices × (max_tokens × (top + 1) + prompt × (prompt top + 1))); a stream holds none.
+TEST(OpenAiRequestTest, LogprobsAResponseWouldHoldAreBounded) {
+  static const ChatTemplate chat(byte_tokenizer());
+  const RequestLimits limits{
+      .served_model_name = "m", .max_model_len = 64, .max_response_logprobs = 1000};
+  const auto param_of = [&](const std::string& body) -> std::string {
+    try {
+      parse_openai_request(Json::parse(body), Endpoint::kCompletions, byte_tokenizer(), &chat,
+                           limits);
+    } catch (const ApiError& error) {
+      return error.param;
+    }
+    return "accepted";
+  };
+  // 2 choices × 20 tokens × 21 = 840.
+  EXPECT_EQ(param_of(R"({"prompt": "a", "n": 2, "max_tokens": 20, "logprobs": 20})"), "accepted");
+  EXPECT_EQ(param_of(R"({"prompt": "a", "n": 3, "max_tokens": 20, "logprobs": 20})"), "logprobs");
+  EXPECT_EQ(param_of(R"({"prompt": "a", "n": 3, "max_tokens": 20, "logprobs": 20,
+                         "stream": true})"),
+            "accepted");
+  // max_tokens counts up to the context: 63 tokens × 21 at most, whatever it asks.
+  EXPECT_EQ(param_of(R"({"prompt": "a", "max_tokens": 4611686018427387904, "logprobs": 20})"),
+            "logprobs");
+  // A 50-token prompt × 21, four times.
+  const std::string prompt(50, 'p');
+  EXPECT_EQ(param_of(R"({"prompt": ")" + prompt + R"(", "n": 4, "prompt_logprobs": 20})"),
+            "prompt_logprobs");
+}
+
 TEST(OpenAiRequestTest, BadRequestsNameTheParameter) {
   const std::pair<const char*, const char*> cases[] = {
       {R"([])", ""},
