@@ -14,18 +14,16 @@ namespace pagoda {
 namespace {
 
 constexpr Architecture kArchitectures[] = {
-    {"LlamaForCausalLM", "llama", false, read_llama_layers, build_llama,
-     estimate_dense_decoder_weights},
-    {"Qwen3ForCausalLM", "qwen3", false, read_qwen3_layers, build_qwen3,
-     estimate_dense_decoder_weights},
+    {"LlamaForCausalLM", "llama", false, read_llama_layers, build_llama, estimate_decoder_weights},
+    {"Qwen3ForCausalLM", "qwen3", false, read_qwen3_layers, build_qwen3, estimate_decoder_weights},
     {"Gemma4ForCausalLM", "gemma4_text", false, read_gemma4_layers, build_gemma4,
-     estimate_dense_decoder_weights},
+     estimate_decoder_weights},
     {"Gemma4ForConditionalGeneration", "gemma4", true, read_gemma4_layers, build_gemma4,
-     estimate_dense_decoder_weights},
+     estimate_decoder_weights},
     {"Gemma4AssistantForCausalLM", "gemma4_assistant", true, read_gemma4_assistant_layers, nullptr,
-     estimate_dense_decoder_weights},
+     estimate_decoder_weights},
     {"MiMoV2FlashForCausalLM", "mimo_v2_flash", false, read_mimo_v2_flash_layers,
-     build_mimo_v2_flash, estimate_dense_decoder_weights},
+     build_mimo_v2_flash, estimate_decoder_weights},
 };
 
 }  // namespace
@@ -42,7 +40,7 @@ const Architecture& find_architecture(std::string_view name) {
        fmt::join(supported_architectures(), ", "));
 }
 
-WeightEstimate estimate_dense_decoder_weights(const ModelConfig& config) {
+WeightEstimate estimate_decoder_weights(const ModelConfig& config) {
   const nlohmann::json& text = config.text_config;
   // Counted in double: each size is bounded, but a hostile config's products need not fit 64 bits.
   const auto integer = [&](const char* key) {
@@ -63,18 +61,37 @@ WeightEstimate estimate_dense_decoder_weights(const ModelConfig& config) {
   const auto first_shared = std::find_if(config.layers.begin(), config.layers.end(),
                                          [](auto& l) { return l.kv_source != KvSource::kOwn; }) -
                             config.layers.begin();
+  // Mixture-of-experts blocks: a MiMo layer's in place of its dense MLP, a Gemma 4 layer's
+  // (enable_moe_block) beside it. Every expert is held; a token streams its top k.
+  std::vector<bool> moe_layer(num_layers, false);
+  const bool moe_replaces_mlp = config.architecture.starts_with("MiMo");
+  if (moe_replaces_mlp) {
+    moe_layer = read_mimo_sparse_layers(ConfigReader(text, config.source), num_layers);
+  } else if (flag("enable_moe_block")) {
+    moe_layer.assign(num_layers, true);
+  }
+  const double experts = std::max(integer("n_routed_experts"), integer("num_experts"));
+  const double top_k =
+      std::min(experts, std::max(integer("num_experts_per_tok"), integer("top_k_experts")));
+  const double expert = 3 * hidden * integer("moe_intermediate_size");  // gate, up, down
   double streamed = hidden + vocab * hidden;  // final norm, lm_head (tied or not)
   double projections = 0;
+  double experts_not_streamed = 0;
   for (int64_t i = 0; i < num_layers; ++i) {
     const LayerAttentionConfig& layer = config.layers[i];
-    projections += 2 * hidden * layer.num_q_heads * layer.head_size_k;  // q, o
+    projections += hidden * layer.num_q_heads * (layer.head_size_k + layer.head_size_v);  // q, o
     if (layer.kv_source == KvSource::kOwn) {
       projections += hidden * layer.num_kv_heads * layer.head_size_k;  // k
       const bool k_eq_v = flag("attention_k_eq_v") && layer.kind == AttentionKind::kFull;
       if (!k_eq_v) projections += hidden * layer.num_kv_heads * layer.head_size_v;
     }
     const bool wide = flag("use_double_wide_mlp") && i >= first_shared && first_shared > 0;
-    projections += 3 * hidden * (wide ? 2 * inner : inner);
+    if (!moe_layer[i] || !moe_replaces_mlp) projections += 3 * hidden * (wide ? 2 * inner : inner);
+    if (moe_layer[i]) {
+      projections += experts * expert;
+      experts_not_streamed += (experts - top_k) * expert;
+      streamed += experts * hidden;  // the router
+    }
     streamed += (gemma ? 4 : 2) * hidden;
     if (ple > 0) streamed += 2 * ple * hidden + hidden;  // gate, projection, norm
   }
@@ -83,9 +100,9 @@ WeightEstimate estimate_dense_decoder_weights(const ModelConfig& config) {
     streamed += static_cast<double>(num_layers) * ple * hidden + ple;  // model projection, norm
     lookups += integer("vocab_size_per_layer_input") * static_cast<double>(num_layers) * ple;
   }
-  streamed += projections;
+  streamed += projections - experts_not_streamed;
   const bool tied = gemma || flag("tie_word_embeddings");
-  const double params = streamed + lookups - (tied ? vocab * hidden : 0);
+  const double params = streamed + experts_not_streamed + lookups - (tied ? vocab * hidden : 0);
   if (!(params < 0x1p62)) {
     fail("{}: the config describes about {:.3g} weights, more than 64-bit sizes hold",
          config.source, params);
@@ -100,6 +117,10 @@ WeightEstimate estimate_rank_weights(const ModelConfig& config, int64_t tp_size)
   if (tp_size > 1) {
     const ConfigReader text(config.text_config, config.source);
     rank.text_config["intermediate_size"] = text.positive("intermediate_size") / tp_size;
+    // Experts are dealt whole: the first rank holds the most.
+    for (const char* key : {"n_routed_experts", "num_experts"}) {
+      if (text.has(key)) rank.text_config[key] = (text.positive(key) + tp_size - 1) / tp_size;
+    }
   }
   return find_architecture(rank.architecture).estimate_weights(rank);
 }

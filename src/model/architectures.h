@@ -42,10 +42,11 @@ std::span<const Architecture> architectures();
 // there is none.
 const Architecture& find_architecture(std::string_view name);
 
-// The parameters of a dense decoder (Llama, Qwen3, Gemma 4 without MoE) from its config alone:
-// embeddings, attention projections, gated MLPs, hidden-size norms, Gemma 4's per-layer inputs
-// and an untied lm_head. Per-head q/k norms, scalars and MoE experts are not counted.
-WeightEstimate estimate_dense_decoder_weights(const ModelConfig& config);
+// The parameters of a decoder (Llama, Qwen3, Gemma 4, MiMo) from its config alone: embeddings,
+// attention projections, gated MLPs, mixture-of-experts blocks (every expert held, the top k
+// streamed, and the router), hidden-size norms, Gemma 4's per-layer inputs and an untied lm_head.
+// Per-head q/k norms, scalars and the routers' small vectors are not counted.
+WeightEstimate estimate_decoder_weights(const ModelConfig& config);
 
 // The weights one of `tp_size` tensor-parallel ranks holds (its shard's estimate): its heads'
 // projections and its share of the MLP, with the embeddings, norms and lm_head whole. A rank's

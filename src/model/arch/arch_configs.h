@@ -12,6 +12,9 @@ void read_qwen3_layers(const ConfigReader& text, ModelConfig& model);
 void read_gemma4_layers(const ConfigReader& text, ModelConfig& model);
 void read_gemma4_assistant_layers(const ConfigReader& text, ModelConfig& model);
 void read_mimo_v2_flash_layers(const ConfigReader& text, ModelConfig& model);
+// MiMo's layers whose MLP is a mixture of experts: "sparse" in mlp_layer_types, or nonzero in
+// moe_layer_freq (all dense without either). Error for a list without one entry per layer.
+std::vector<bool> read_mimo_sparse_layers(const ConfigReader& text, int64_t num_layers);
 
 // Helpers shared by the readers.
 constexpr int64_t kMaxLayers = 4096;

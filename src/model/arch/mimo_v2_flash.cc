@@ -17,7 +17,10 @@ namespace {
 
 // Whether layer i is a mixture of experts: transformers' mlp_layer_types ("dense" / "sparse") or
 // the published moe_layer_freq (0 / 1).
-std::vector<bool> sparse_layers(const ConfigReader& text, int64_t num_layers) {
+
+}  // namespace
+
+std::vector<bool> read_mimo_sparse_layers(const ConfigReader& text, int64_t num_layers) {
   std::vector<bool> sparse(num_layers, false);
   if (auto types = text.optional_string_list("mlp_layer_types")) {
     if (static_cast<int64_t>(types->size()) != num_layers) {
@@ -40,8 +43,6 @@ std::vector<bool> sparse_layers(const ConfigReader& text, int64_t num_layers) {
   return sparse;
 }
 
-}  // namespace
-
 MiMoV2FlashModel::MiMoV2FlashModel(const ModelConfig& config, WeightSource& weights,
                                    const TensorParallel& tp) {
   const ConfigReader text(config.text_config, config.source);
@@ -55,7 +56,7 @@ MiMoV2FlashModel::MiMoV2FlashModel(const ModelConfig& config, WeightSource& weig
       "layernorm_epsilon", text.number_in("rms_norm_eps", 1e-5, 0.0, 1.0), 0.0, 1.0));
   const cpu::Activation activation = read_gated_activation(text);
   const float value_scale = static_cast<float>(text.number_or("attention_value_scale", 1.0));
-  const std::vector<bool> sparse = sparse_layers(text, num_layers);
+  const std::vector<bool> sparse = read_mimo_sparse_layers(text, num_layers);
   // Sinks: on sliding layers unless the published flags say otherwise.
   const bool sliding_sinks = text.boolean_or("add_swa_attention_sink_bias", true);
   const bool full_sinks = text.boolean_or("add_full_attention_sink_bias", false);
