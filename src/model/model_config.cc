@@ -65,6 +65,13 @@ void check_layer_shape(const ConfigReader& config, const LayerAttentionConfig& l
            layer.head_size_v, kMaxHeadsOrHeadSize);
     }
   }
+  // Kernels take a window as a 32-bit count; no context comes near this one.
+  constexpr int64_t kMaxSlidingWindow = int64_t{1} << 30;
+  if (layer.kind == AttentionKind::kSliding &&
+      (layer.sliding_window < 1 || layer.sliding_window > kMaxSlidingWindow)) {
+    fail("{}: layer {} has a sliding window of {} tokens; it must be in [1, 2^30]",
+         config.source(), layer.name, layer.sliding_window);
+  }
 }
 
 // Adds `config`'s eos_token_id (an id or a list) to model.eos_token_ids, each id once. Error for
@@ -187,7 +194,7 @@ ModelConfig parse_model_config(const nlohmann::json& json, const std::string& so
   model.dtype = read_dtype(text);
   if (!model.dtype) model.dtype = read_dtype(config);
   model.max_position_embeddings = text.positive("max_position_embeddings");
-  model.vocab_size = text.positive("vocab_size");
+  model.vocab_size = text.positive("vocab_size", INT32_MAX);  // token ids are int32
   model.hidden_size = text.positive("hidden_size");
   model.text_config = text.raw();
   model.file_config = json;

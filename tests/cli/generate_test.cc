@@ -376,24 +376,37 @@ TEST(GenerateCliTest, Gemma4PerLayerTableShorterThanTheVocabulary) {
       << negative.err;
 }
 
-// Sizes each within the config reader's bounds whose products pass 64 bits (a 2^40-token
-// vocabulary of 2^24-wide embeddings) end in one line, not in a tensor whose size wrapped around.
+// Sizes each within the config reader's bounds whose products pass 64 bits (a 2^31-token
+// vocabulary of 2^40-wide embeddings) end in one line, not in a tensor whose size wrapped around.
 TEST(GenerateCliTest, ConfigSizesPast64BitsFailInOneLine) {
   const ScratchDir scratch("huge");
   const std::string& dir = scratch.path();
   nlohmann::json config = nlohmann::json::parse(
       read_file(std::string(PAGODA_SOURCE_DIR) + "/tests/fixtures/llama-tiny/config.json"));
-  config["vocab_size"] = int64_t{1} << 40;
-  config["hidden_size"] = int64_t{1} << 24;
+  config["vocab_size"] = INT32_MAX;
+  config["hidden_size"] = int64_t{1} << 40;
   config["intermediate_size"] = 1;
   config["num_attention_heads"] = 1;
   config["num_key_value_heads"] = 1;
-  std::ofstream(dir + "/config.json") << config.dump();
-  const CliRun run =
-      run_pagoda("generate --model " + dir + " --load-format dummy --prompt-ids 1 --max-tokens 1");
-  EXPECT_EQ(run.exit_code, 1) << run.err;
-  EXPECT_NE(run.err.find("64-bit"), std::string::npos) << run.err;
-  EXPECT_EQ(std::count(run.err.begin(), run.err.end(), '\n'), 1) << run.err;
+  const auto run_with = [&](const nlohmann::json& written) {
+    std::ofstream(dir + "/config.json") << written.dump();
+    const CliRun run = run_pagoda("generate --model " + dir +
+                                  " --load-format dummy --prompt-ids 1 --max-tokens 1");
+    EXPECT_EQ(run.exit_code, 1) << run.err;
+    EXPECT_EQ(std::count(run.err.begin(), run.err.end(), '\n'), 1) << run.err;
+    return run.err;
+  };
+  EXPECT_NE(run_with(config).find("64-bit"), std::string::npos);
+  // Token ids are 32-bit: a larger vocabulary is refused by name.
+  config["vocab_size"] = int64_t{1} << 40;
+  EXPECT_NE(run_with(config).find("vocab_size"), std::string::npos);
+  // Kernels count a window in 32 bits (a 2^32 + 5 window was 5 on a GPU).
+  config = nlohmann::json::parse(
+      read_file(std::string(PAGODA_SOURCE_DIR) + "/tests/fixtures/qwen3-tiny/config.json"));
+  config["layer_types"] = {"full_attention", "sliding_attention"};
+  config["sliding_window"] = (int64_t{1} << 32) + 5;
+  EXPECT_NE(run_with(config).find("sliding window of 4294967301 tokens; it must be in [1, 2^30]"),
+            std::string::npos);
 }
 
 // Fields the model's layers read (epsilons, scales, rope parameters) with a null, a missing or a
