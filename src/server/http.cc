@@ -139,7 +139,19 @@ class Session : public std::enable_shared_from_this<Session> {
   }
   void post_for(uint64_t id, std::function<void()> task) {
     post([self = shared_from_this(), id, task = std::move(task)] {
-      if (id == self->exchange_id_ && !self->gone_) task();
+      if (id != self->exchange_id_ || self->gone_) return;
+      // A task that throws ends its exchange, not the I/O thread: an exception out of the I/O
+      // context's run() would end the process.
+      try {
+        task();
+      } catch (const std::exception& error) {
+        spdlog::error("{} {}: {}", self->method_, self->path_, error.what());
+        if (self->status_ == 0) {
+          self->respond(id, self->server_->error_response(500, "internal server error"));
+        } else {
+          self->client_gone();  // an answer under way cannot be ended well: cut it
+        }
+      }
     });
   }
 
@@ -250,6 +262,7 @@ class Session : public std::enable_shared_from_this<Session> {
     Request request = take_request(*parser_);
     parser_.reset();
     log_note_.clear();
+    status_ = 0;  // nothing of the answer sent yet
     const uint64_t id = ++exchange_id_;
     auto exchange = std::make_shared<Exchange>(weak_from_this(), id, std::move(request));
 

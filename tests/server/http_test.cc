@@ -7,6 +7,7 @@
 #include <boost/asio/read.hpp>
 #include <boost/asio/write.hpp>
 #include <future>
+#include <stdexcept>
 #include <thread>
 
 namespace pagoda::http {
@@ -44,6 +45,10 @@ class TestServer {
           exchange->end_stream();
         });
       }).detach();
+    });
+    // Its answer's task throws, as a failure in the engine's news might.
+    server_.route("GET", "/throws", [](const std::shared_ptr<Exchange>& exchange) {
+      exchange->post([] { throw std::runtime_error("a task failed"); });
     });
     // Never answers; holds work until the client goes away.
     server_.route("GET", "/hold", [this](const std::shared_ptr<Exchange>& exchange) {
@@ -131,6 +136,20 @@ TEST(HttpServerTest, AWholeResponseLongerThanTheQueueCapGoesOut) {
   const std::string out = client.read_all();
   EXPECT_EQ(status_of(out), "HTTP/1.1 200 OK");
   EXPECT_NE(out.find("\r\n\r\n" + body), std::string::npos) << out.size();
+}
+
+// A posted task that throws answers 500 and ends only its exchange: the exception once left the
+// I/O thread's run() and ended the process.
+TEST(HttpServerTest, APostedTaskThatThrowsAnswers500) {
+  TestServer server;
+  Client failing(server.port);
+  failing.send("GET /throws HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+  EXPECT_EQ(status_of(failing.read_all()), "HTTP/1.1 500 Internal Server Error");
+  Client next(server.port);
+  next.send("POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok");
+  const std::string out = next.read_all();
+  EXPECT_EQ(status_of(out), "HTTP/1.1 200 OK");
+  EXPECT_NE(out.find("\r\n\r\nok"), std::string::npos) << out;
 }
 
 TEST(HttpServerTest, ReadsAChunkedBodyWithinTheLimit) {
