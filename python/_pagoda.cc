@@ -52,6 +52,9 @@ EngineOptions engine_options(const py::dict& kwargs) {
       return flag;
     }();
     if (value.is_none()) continue;
+    if (name == "--help" || name == "--help-all") {
+      throw py::value_error(fmt::format("{} is not an engine option", std::string(py::str(key))));
+    }
     if (py::isinstance<py::bool_>(value)) {
       if (value.cast<bool>()) {
         args.push_back(name);
@@ -60,11 +63,11 @@ EngineOptions engine_options(const py::dict& kwargs) {
       }
       continue;
     }
-    args.push_back(name);
+    // One argument, --name=value: a value that starts with "--" is then never taken for a flag.
     if (py::isinstance<py::dict>(value) || py::isinstance<py::list>(value)) {
-      args.push_back(py::str(json.attr("dumps")(value)));
+      args.push_back(name + "=" + std::string(py::str(json.attr("dumps")(value))));
     } else {
-      args.push_back(py::str(value));
+      args.push_back(name + "=" + std::string(py::str(value)));
     }
   }
   std::reverse(args.begin(), args.end());  // CLI11 takes a vector in reverse order

@@ -183,6 +183,10 @@ def test_bad_arguments_raise(llm):
         LLM(no_such_option=1)
     with pytest.raises(ValueError, match="kv-cache-dtype"):
         LLM(kv_cache_dtype="int3")
+    with pytest.raises(ValueError, match="kv-cache-dtype --enforce-eager"):
+        LLM(kv_cache_dtype="--enforce-eager")  # a value, never a flag
+    with pytest.raises(ValueError, match="not an engine option"):
+        LLM(help=True)
     with pytest.raises(EngineError):
         LLM(model="/nonexistent/model")
     with pytest.raises(ValueError, match="prompt 1"):
