@@ -1,6 +1,7 @@
 #include "engine/sampler.h"
 
 #include <algorithm>
+#include <cfloat>
 #include <cmath>
 #include <numeric>
 #include <unordered_map>
@@ -321,13 +322,20 @@ FilteredDistribution filter_distribution(const float* logits, int64_t vocab,
   // Probabilities of logits / temperature, in double.
   std::vector<double>& probs = out.probs;
   probs.resize(vocab);
+  // A NaN logit (a model gone wrong) counts as impossible, an infinite one as the largest double;
+  // if every one is impossible, all are equally likely. Either way no NaN reaches the sort below,
+  // whose order it would break.
   const double temperature = params.sampling_temperature();
+  const auto scaled = [&](int64_t i) -> double {
+    if (std::isnan(logits[i])) return -INFINITY;
+    return std::min(static_cast<double>(logits[i]) / temperature, DBL_MAX);
+  };
   double max = -INFINITY;
   for (int64_t i = 0; i < vocab; ++i)
-    max = std::max(max, logits[i] / temperature);
+    max = std::max(max, scaled(i));
   double total = 0;
   for (int64_t i = 0; i < vocab; ++i)
-    total += probs[i] = std::exp(logits[i] / temperature - max);
+    total += probs[i] = max == -INFINITY ? 1.0 : std::exp(scaled(i) - max);
   for (double& p : probs)
     p /= total;
   // Most likely first (ties by lower id), so every filter keeps a prefix.

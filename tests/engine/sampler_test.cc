@@ -180,6 +180,26 @@ TEST(SamplerTest, VerifyRowsSeeTheDraftsBeforeThem) {
       (std::vector<int32_t>{1, 4, 0, 5}));
 }
 
+// NaN logits (a model gone wrong) are never drawn and never reach the sort's comparisons; an
+// infinite one is the only choice; all NaN leaves every token equally likely.
+TEST(SamplerTest, NaNAndInfiniteLogitsStillDraw) {
+  SamplerRng rng(5);
+  const std::vector<float> some_nan = {NAN, 1.0f, NAN, 1.0f};
+  for (int i = 0; i < 200; ++i) {
+    const int32_t token = sample_token(some_nan.data(), 4, {.top_p = 0.9}, rng);
+    EXPECT_TRUE(token == 1 || token == 3) << token;
+  }
+  const std::vector<float> infinite = {1.0f, INFINITY, 2.0f};
+  for (int i = 0; i < 50; ++i)
+    EXPECT_EQ(sample_token(infinite.data(), 3, {}, rng), 1);
+  const std::vector<float> all_nan(5, NAN);
+  std::vector<int> counts(5, 0);
+  for (int i = 0; i < 500; ++i)
+    ++counts[sample_token(all_nan.data(), 5, {}, rng)];
+  for (int count : counts)
+    EXPECT_GT(count, 50);
+}
+
 TEST(SamplingParamsTest, ValidationNamesTheParameter) {
   const std::vector<std::pair<SamplingParams, std::string>> cases = {
       {{.temperature = -0.1}, "temperature"},
