@@ -27,6 +27,10 @@ void run_tokenize(const TokenizeOptions& options) {
   const Tokenizer tokenizer = options.paths.load_tokenizer();
   if (!options.ids.empty()) {
     const std::vector<int32_t> ids = parse_id_list(options.ids);
+    // Ids named by hand are checked, as /detokenize checks them (decoding passes over a model's
+    // padded rows).
+    for (const int32_t id : ids)
+      (void)tokenizer.id_to_token(id);
     const std::string text = tokenizer.decode(ids);
     if (options.json) {
       fmt::print("{}\n", nlohmann::json({{"ids", ids}, {"text", text}}).dump());
