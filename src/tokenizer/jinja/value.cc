@@ -352,8 +352,11 @@ void write_json(const Value& v, const JsonOptions& options, int depth, std::stri
   }
   const int indent = options.indent.value_or(0);
   if (indent < 0) fail_render("tojson indent must not be negative, got {}", indent);
-  const auto [item_separator, key_separator] =
+  // Not a structured binding: the lambdas below capture the item separator.
+  const std::pair<std::string, std::string> separators =
       options.separators.value_or(std::pair<std::string, std::string>(indent ? "," : ", ", ": "));
+  const std::string& item_separator = separators.first;
+  const std::string& key_separator = separators.second;
   // A line break and the padding of `level`, where there is an indent.
   const auto new_line = [&](int level) {
     if (!indent) return;
