@@ -9,12 +9,15 @@ namespace {
 constexpr std::string_view kReplacementChar = "\xEF\xBF\xBD";
 
 // Bytes at the end of `text` a later token could still change: replacement characters (bytes of
-// a character not yet complete) and, with clean-up, the start of a clean-up pattern (" ", " '",
-// " n", ...), which the next token could complete.
+// a character not yet complete: at most three, as a character has at most four bytes; earlier
+// ones are invalid bytes no token can mend) and, with clean-up, the start of a clean-up pattern
+// (" ", " '", " n", ...), which the next token could complete.
 size_t unstable_suffix(std::string_view text, bool clean_up_spaces) {
   size_t held = 0;
-  while (text.substr(0, text.size() - held).ends_with(kReplacementChar))
+  while (held < 3 * kReplacementChar.size() &&
+         text.substr(0, text.size() - held).ends_with(kReplacementChar)) {
     held += kReplacementChar.size();
+  }
   if (!clean_up_spaces) return held;
   static constexpr std::array<std::string_view, 10> kPatterns = {
       " .", " ?", " !", " ,", " ' ", " n't", " 'm", " 's", " 've", " 're"};
@@ -57,6 +60,24 @@ std::string IncrementalDetokenizer::add(std::span<const int32_t> ids) {
     window_start_ = read_end_;
     read_end_ = ids_.size();
     returned_ = 0;
+  } else {
+    // The held-back text lies in the last few tokens when the decode without them is a prefix
+    // that is wholly returned: the window then moves up to them. Otherwise a text that keeps
+    // ending in held-back bytes (a model repeating "x ", or invalid bytes) would decode an ever
+    // longer window each time. Held-back text is at most a few bytes, so a few tokens.
+    constexpr size_t kMostHeldTokens = 8;
+    for (size_t held = 1; held <= kMostHeldTokens && read_end_ + held < ids_.size(); ++held) {
+      const size_t end = ids_.size() - held;
+      const std::string before =
+          tokenizer_.decode(all.subspan(window_start_, end - window_start_), options_);
+      if (std::string_view(text).starts_with(before) && before.size() >= done.size() &&
+          before.size() - done.size() <= returned_) {
+        returned_ -= before.size() - done.size();
+        window_start_ = read_end_;
+        read_end_ = end;
+        break;
+      }
+    }
   }
   return out;
 }

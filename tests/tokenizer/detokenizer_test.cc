@@ -97,6 +97,34 @@ TEST_P(DetokenizerTest, StreamEqualsFullDecodeOnTheCorpus) {
   EXPECT_GE(checked, 2000);
 }
 
+// Outputs that keep ending in held-back bytes: a space a clean-up rule could still remove, and
+// invalid bytes that read as replacement characters. Streamed a token at a time they still equal
+// the full decode, with the window moving up to the last token (it grew with the output, and each
+// token decoded all of it: quadratic).
+TEST_P(DetokenizerTest, OutputsEndingInHeldBackBytesStillStream) {
+  const Tokenizer& tokenizer = testing::peer_tokenizer(GetParam());
+  std::vector<int32_t> spaced;
+  const std::vector<int32_t> word = tokenizer.encode("x ", {.add_special_tokens = false});
+  for (int i = 0; i < 1500; ++i)
+    spaced.insert(spaced.end(), word.begin(), word.end());
+  spaced.insert(spaced.end(), word.begin(), word.end());
+  const std::vector<int32_t> period = tokenizer.encode(".", {.add_special_tokens = false});
+  spaced.insert(spaced.end(), period.begin(), period.end());
+  std::vector<int32_t> invalid;
+  for (const std::string& token : {std::string("<0x80>"), byte_level_char(0x80)}) {
+    if (const auto id = tokenizer.token_to_id(token)) invalid.assign(1500, *id);
+  }
+  for (const std::vector<int32_t>* ids : {&spaced, &invalid}) {
+    if (ids->empty()) continue;
+    IncrementalDetokenizer detokenizer(tokenizer);
+    std::string streamed;
+    for (size_t i = 0; i < ids->size(); ++i)
+      streamed += detokenizer.add(std::span(*ids).subspan(i, 1));
+    streamed += detokenizer.finish();
+    EXPECT_EQ(streamed, tokenizer.decode(*ids));
+  }
+}
+
 TEST(DetokenizerTest, HoldsPartialCharactersAndReturnsThemWhole) {
   const Tokenizer& tokenizer = testing::peer_tokenizer("gemma3");
   // "é" as two byte-fallback tokens: nothing after the first, the whole character after the
