@@ -145,7 +145,7 @@ void run_generate(const GenerateOptions& options) {
 
   for (size_t r = 0; r < results.size(); ++r) {
     if (options.json) {
-      fmt::print("{}\n", result_json(results[r], tokenizer.get()).dump());
+      fmt::print("{}\n", json_dump(result_json(results[r], tokenizer.get())));
       continue;
     }
     const std::span<const int32_t> output = results[r].output_token_ids();

@@ -8,6 +8,7 @@
 #include "cli/engine_flags.h"
 #include "cli/prompts.h"
 #include "core/error.h"
+#include "core/files.h"
 #include "tokenizer/chat.h"
 #include "tokenizer/tokenizer.h"
 
@@ -33,7 +34,7 @@ void run_tokenize(const TokenizeOptions& options) {
       (void)tokenizer.id_to_token(id);
     const std::string text = tokenizer.decode(ids);
     if (options.json) {
-      fmt::print("{}\n", nlohmann::json({{"ids", ids}, {"text", text}}).dump());
+      fmt::print("{}\n", json_dump(nlohmann::json({{"ids", ids}, {"text", text}})));
     } else {
       fmt::print("{}\n", text);
     }
@@ -52,13 +53,14 @@ void run_tokenize(const TokenizeOptions& options) {
   for (const int32_t id : ids)
     tokens.push_back(tokenizer.id_to_token(id));
   if (options.json) {
-    fmt::print("{}\n", nlohmann::json({{"ids", ids}, {"tokens", tokens}, {"text", text}}).dump());
+    fmt::print("{}\n",
+               json_dump(nlohmann::json({{"ids", ids}, {"tokens", tokens}, {"text", text}})));
     return;
   }
   fmt::print("{} tokens\n", ids.size());
   for (size_t i = 0; i < ids.size(); ++i) {
     // The token string as JSON shows it, so spaces and control characters are visible.
-    fmt::print("{:>8}  {}{}\n", ids[i], nlohmann::json(tokens[i]).dump(),
+    fmt::print("{:>8}  {}{}\n", ids[i], json_dump(nlohmann::json(tokens[i])),
                tokenizer.is_special(ids[i]) ? "  (special)" : "");
   }
 }

@@ -57,6 +57,21 @@ Json parse_json_text(std::string_view text, std::string_view what) {
   }
 }
 
+// `value` as JSON text, with invalid UTF-8 in its strings (text a user gave may hold it) written
+// as U+FFFD rather than thrown on. Json is nlohmann::json or nlohmann::ordered_json.
+template <typename Json>
+std::string json_dump(const Json& value) {
+  return value.dump(-1, ' ', false, Json::error_handler_t::replace);
+}
+// The same cut to its first 40 bytes, for quoting a value in a message of bounded length.
+template <typename Json>
+std::string json_excerpt(const Json& value) {
+  constexpr size_t kMaxQuoted = 40;
+  std::string text = json_dump(value);
+  if (text.size() > kMaxQuoted) text = text.substr(0, kMaxQuoted) + "...";
+  return text;
+}
+
 [[noreturn]] void json_integer_error(const std::string& shown, int64_t min, int64_t max,
                                      std::string_view what);
 // `value` as an integer in [min, max]; Error naming `what` when it is not an integer (a float

@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "core/error.h"
+#include "core/files.h"
 
 namespace pagoda {
 namespace {
@@ -15,19 +16,8 @@ void check_finite(const char* name, double value) {
   if (!std::isfinite(value)) fail("{} is {}; it must be a finite number", name, value);
 }
 
-// Text as a message quotes it: cut short.
-std::string shortened(std::string text) {
-  constexpr size_t kMaxQuoted = 40;
-  if (text.size() > kMaxQuoted) text = text.substr(0, kMaxQuoted) + "...";
-  return text;
-}
-
-std::string quoted(const Json& value) {
-  return shortened(value.dump(-1, ' ', false, Json::error_handler_t::replace));
-}
-
 [[noreturn]] void wrong_type(const std::string& key, const char* expected, const Json& value) {
-  throw FieldError(fmt::format("'{}' must be {}, not {}", key, expected, quoted(value)), key);
+  throw FieldError(fmt::format("'{}' must be {}, not {}", key, expected, json_excerpt(value)), key);
 }
 
 double number(const std::string& key, const Json& value) {
@@ -149,7 +139,8 @@ SamplingParams read_sampling_params(const Json& object, SamplingParams params,
     } else if (key == "prompt_logprobs") {
       params.prompt_logprobs = read_integer(key, value);
     } else {
-      throw FieldError(fmt::format("unknown request field '{}'", shortened(key)), key);
+      const std::string shown = key.size() > 40 ? key.substr(0, 40) + "..." : key;
+      throw FieldError(fmt::format("unknown request field '{}'", shown), key);
     }
   }
   return params;

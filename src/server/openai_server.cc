@@ -18,10 +18,6 @@ using std::chrono::milliseconds;
 // How long shutdown waits for aborted calls to end, and then for their answers to go out.
 constexpr std::chrono::seconds kFlushTime{3};
 
-std::string dump(const Json& value) {
-  return value.dump(-1, ' ', false, Json::error_handler_t::replace);
-}
-
 std::string error_type(int status) {
   switch (status) {
     case 401:
@@ -46,17 +42,17 @@ Json error_body(const std::string& message, const std::string& type, const std::
 
 http::Response error_response(int status, const std::string& message, const std::string& type = "",
                               const std::string& param = "") {
-  return {
-      .status = status,
-      .body = dump(error_body(message, type.empty() ? error_type(status) : type, param, status))};
+  return {.status = status,
+          .body = json_dump(
+              error_body(message, type.empty() ? error_type(status) : type, param, status))};
 }
 
 http::Response json_response(const Json& body) {
-  return {.body = dump(body)};
+  return {.body = json_dump(body)};
 }
 
 std::string sse(const Json& chunk) {
-  return "data: " + dump(chunk) + "\n\n";
+  return "data: " + json_dump(chunk) + "\n\n";
 }
 
 // Whether `given` equals `secret`, in a time that depends only on their lengths, so that timing

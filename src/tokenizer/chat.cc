@@ -1,6 +1,7 @@
 #include "tokenizer/chat.h"
 
 #include "core/error.h"
+#include "core/files.h"
 
 namespace pagoda {
 namespace {
@@ -28,7 +29,7 @@ std::string ChatTemplate::render(const nlohmann::ordered_json& messages,
   if (!messages.is_array()) fail("chat messages must be a list, not {}", messages.type_name());
   for (const auto& message : messages) {
     if (!message.is_object() || !message.contains("role") || !message["role"].is_string()) {
-      fail("chat message {} has no role", message.dump());
+      fail("chat message {} has no role", json_excerpt(message));
     }
   }
   nlohmann::ordered_json context =

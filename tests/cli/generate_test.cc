@@ -271,6 +271,14 @@ TEST(TokenizeCliTest, ShowsIdsAndPiecesOrDecodes) {
   const CliRun bad = run_pagoda("tokenize --model " + model + " --ids 1,300");
   EXPECT_EQ(bad.exit_code, 1);
   EXPECT_NE(bad.err.find("token id 300 is outside the vocabulary"), std::string::npos) << bad.err;
+  // Invalid UTF-8 in the text is written as U+FFFD in the JSON (the JSON library threw: internal
+  // error, exit 2).
+  const CliRun invalid =
+      run_pagoda("tokenize --model " + model + " \"$(printf 'ab\\200cd')\" --json");
+  ASSERT_EQ(invalid.exit_code, 0) << invalid.err;
+  EXPECT_EQ(nlohmann::json::parse(invalid.out)["text"],
+            "ab\xEF\xBF\xBD"
+            "cd");
   const CliRun missing = run_pagoda("tokenize --model /nonexistent x");
   EXPECT_EQ(missing.exit_code, 1);
   EXPECT_NE(missing.err.find("tokenizer.json"), std::string::npos) << missing.err;

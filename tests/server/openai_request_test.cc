@@ -150,6 +150,16 @@ TEST(OpenAiRequestTest, BadRequestsNameTheParameter) {
       EXPECT_EQ(error.param, param) << body << ": " << error.what();
     }
   }
+  // A message without a role is named by an excerpt, not echoed whole (a 900 KB one made a 900 KB
+  // error message).
+  try {
+    parse(nlohmann::json{{"messages", {{{"content", std::string(900000, 'x')}}}}}.dump(),
+          Endpoint::kChatCompletions);
+    ADD_FAILURE() << "a message without a role was accepted";
+  } catch (const ApiError& error) {
+    EXPECT_EQ(error.param, "messages");
+    EXPECT_LT(std::string(error.what()).size(), 200u) << std::string(error.what()).substr(0, 300);
+  }
   // A chat request's top_logprobs needs logprobs: true, as vLLM has it.
   for (
       const char* body :
