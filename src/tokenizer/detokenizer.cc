@@ -57,29 +57,36 @@ std::string IncrementalDetokenizer::add(std::span<const int32_t> ids) {
   returned_ = std::max(returned_, stable);
   if (stable == fresh.size()) {
     // Everything so far is returned: the next window starts at the tokens just read.
-    window_start_ = read_end_;
-    read_end_ = ids_.size();
+    move_window(ids_.size());
     returned_ = 0;
-  } else {
+  } else if (ids_.size() - read_end_ >= move_tried_at_) {
     // The held-back text lies in the last few tokens when the decode without them is a prefix
     // that is wholly returned: the window then moves up to them. Otherwise a text that keeps
     // ending in held-back bytes (a model repeating "x ", or invalid bytes) would decode an ever
-    // longer window each time. Held-back text is at most a few bytes, so a few tokens.
+    // longer window each time. Held-back text is a few bytes, so a few tokens (unless tokens
+    // with no text follow it); a window that cannot move is tried again at twice the tokens.
     constexpr size_t kMostHeldTokens = 8;
-    for (size_t held = 1; held <= kMostHeldTokens && read_end_ + held < ids_.size(); ++held) {
+    const size_t unread = ids_.size() - read_end_;
+    move_tried_at_ = 2 * unread;
+    for (size_t held = 1; held <= kMostHeldTokens && held < unread; ++held) {
       const size_t end = ids_.size() - held;
       const std::string before =
           tokenizer_.decode(all.subspan(window_start_, end - window_start_), options_);
       if (std::string_view(text).starts_with(before) && before.size() >= done.size() &&
           before.size() - done.size() <= returned_) {
         returned_ -= before.size() - done.size();
-        window_start_ = read_end_;
-        read_end_ = end;
+        move_window(end);
         break;
       }
     }
   }
   return out;
+}
+
+void IncrementalDetokenizer::move_window(size_t read_end) {
+  window_start_ = read_end_;
+  read_end_ = read_end;
+  move_tried_at_ = 2;
 }
 
 std::string IncrementalDetokenizer::finish() {

@@ -36,6 +36,11 @@ class IncrementalDetokenizer {
   size_t window_start_ = 0;  // the window: ids_[window_start_, ...)
   size_t read_end_ = 0;      // ids_[window_start_, read_end_) are wholly returned
   size_t returned_ = 0;      // bytes returned beyond the decode of that part
+  // Unread tokens (past read_end_) at which a window whose end is held back next tries to move.
+  size_t move_tried_at_ = 2;
+
+  // The window starts at read_end_, and ids_[.., read_end) become the wholly returned part.
+  void move_window(size_t read_end);
 };
 
 }  // namespace pagoda
