@@ -69,8 +69,8 @@ void check_layer_shape(const ConfigReader& config, const LayerAttentionConfig& l
   constexpr int64_t kMaxSlidingWindow = int64_t{1} << 30;
   if (layer.kind == AttentionKind::kSliding &&
       (layer.sliding_window < 1 || layer.sliding_window > kMaxSlidingWindow)) {
-    fail("{}: layer {} has a sliding window of {} tokens; it must be in [1, 2^30]",
-         config.source(), layer.name, layer.sliding_window);
+    fail("{}: layer {} has a sliding window of {} tokens; it must be in [1, 2^30]", config.source(),
+         layer.name, layer.sliding_window);
   }
 }
 

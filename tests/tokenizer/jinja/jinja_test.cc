@@ -396,8 +396,8 @@ TEST(JinjaTest, RunawayTemplatesFailAtTheWorkBudget) {
                budget);
   // A string is charged once, as it is built: each of these builds 224-240 MB of strings, which
   // fits, and would not if a result were charged again on top of its pieces (or a join charged a
-  // separator before its first item, a replace its replacements twice, or tojson its text). two_strings sets a to
-  // 16 MB and b to 64 MB.
+  // separator before its first item, a replace its replacements twice, or tojson its text).
+  // two_strings sets a to 16 MB and b to 64 MB.
   const std::string two_strings = "{% set a = 'x' * 16000000 %}{% set b = a ~ a ~ a ~ a %}";
   EXPECT_EQ(render("{% set a = 'x' * 16000000 %}{% set b = a ~ a %}{% set c = b ~ b %}"
                    "{{ (c ~ c) | length }}"),
