@@ -37,7 +37,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       return;
     }
     if (route == 3) {
-      (void)served.tokenizer.decode(parse_detokenize_request(json));
+      (void)served.tokenizer.decode(parse_detokenize_request(json, served.tokenizer));
       return;
     }
     const Endpoint endpoint = route == 1 ? Endpoint::kChatCompletions : Endpoint::kCompletions;
