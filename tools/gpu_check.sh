@@ -7,6 +7,7 @@
 #      the default model) on the GPU against the CPU path and transformers' reference, with and
 #      without CUDA graphs (tolerances in tests/model/cuda_parity_test.cc);
 #      and TP / DCP ranks sharing the GPU against one rank (tests/engine/cuda_parallel_test.cc);
+#      and `pagoda serve` against `pagoda generate` with FP8 weights and e4m3 KV pages;
 #   3. the attention micro-benchmark (decode, verify rows, prefill) beside PyTorch's SDPA, and
 #      beside FlashInfer's kernels when PAGODA_FLASHINFER_DIR names its tree; the decode GEMM
 #      shapes; sampling on the device per step shape (beside FlashInfer's samplers too); and
@@ -25,6 +26,9 @@ step kernels "$build/tests/pagoda_tests" \
 step parity "$build/tests/pagoda_tests" --gtest_filter='Fixtures/CudaParityTest.*:Fixtures/CudaFp8KvParityTest.*'
 step ranks "$build/tests/pagoda_tests" \
   --gtest_filter='Fixtures/CudaParallelTest.*:ContextMergeTest.*:Nccl*'
+# `pagoda serve` against `pagoda generate` on the GPU, FP8 weights and KV pages.
+step serve_fp8 python3 tests/server/serve_matches_generate.py --pagoda "$build/src/pagoda" \
+  --source . --device cuda
 step attention_bench "$build/src/attention_bench"
 # FlashInfer's decode and prefill kernels beside pagoda's, in one process, on the same pages:
 # where PAGODA_FLASHINFER_DIR names a FlashInfer source tree, a second build of the benchmarks
