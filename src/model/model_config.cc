@@ -136,6 +136,8 @@ QuantizationConfig parse_quantization(const nlohmann::json& json, const std::str
   if (const auto scheme = q.optional_string("activation_scheme");
       scheme && *scheme != "dynamic" && *scheme != "static") {
     q.fail_field("activation_scheme", "is '" + *scheme + "'; expected dynamic or static");
+  } else {
+    quantization.static_activations = scheme == "static";
   }
   quantization.fp8 = true;
   quantization.stored = true;

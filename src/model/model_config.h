@@ -49,6 +49,9 @@ struct QuantizationConfig {
   int64_t block_cols = 128;
   bool per_tensor = false;           // one scale per weight (weight_scale); no blocks
   std::vector<std::string> ignored;  // modules left unquantized (modules_to_not_convert)
+  // activation_scheme "static": the checkpoint's input_scale tensors go unread, as activations are
+  // scaled per token group of 128 as they come (the dynamic scheme), which WeightSource warns of.
+  bool static_activations = false;
 
   // Whether the module `name` ("model.layers.0.mlp.down_proj") is quantized at load: not when an
   // ignored entry names it or one of its enclosing modules, or is a suffix of its dotted name.

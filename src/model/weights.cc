@@ -337,6 +337,11 @@ std::vector<std::string> WeightSource::unused() const {
 void WeightSource::finish() {
   if (show_progress_) std::fputs("\n", stderr);
   show_progress_ = false;
+  if (checkpoint_ && quantization_.stored && quantization_.static_activations) {
+    spdlog::warn(
+        "config.json's quantization_config.activation_scheme is \"static\": its input_scale "
+        "tensors are not read; activations are scaled per token group as they come (dynamic)");
+  }
   const std::vector<std::string> ignored = unused();
   if (!ignored.empty()) {
     spdlog::debug("{} checkpoint tensors are not used by the architecture: {}", ignored.size(),

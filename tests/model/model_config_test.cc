@@ -409,7 +409,7 @@ TEST(ModelConfigTest, Fp8Quantization) {
                                    {"weight_block_size", {128, 64}},
                                    {"modules_to_not_convert", {"lm_head", "model.layers.1.mlp"}}};
   const QuantizationConfig q = parse_model_config(config, "test.json").quantization;
-  EXPECT_TRUE(q.fp8 && q.stored && !q.per_tensor);
+  EXPECT_TRUE(q.fp8 && q.stored && !q.per_tensor && !q.static_activations);
   EXPECT_EQ(q.block_rows, 128);
   EXPECT_EQ(q.block_cols, 64);
   EXPECT_FALSE(q.quantizes("lm_head"));
@@ -418,6 +418,8 @@ TEST(ModelConfigTest, Fp8Quantization) {
   EXPECT_TRUE(q.quantizes("model.layers.0.self_attn.q_proj"));
   config["quantization_config"].erase("weight_block_size");
   EXPECT_TRUE(parse_model_config(config, "test.json").quantization.per_tensor);
+  config["quantization_config"]["activation_scheme"] = "static";  // as per-tensor FP8 ships
+  EXPECT_TRUE(parse_model_config(config, "test.json").quantization.static_activations);
 
   nlohmann::json bad = config;
   bad["quantization_config"]["quant_method"] = "awq";
@@ -425,6 +427,9 @@ TEST(ModelConfigTest, Fp8Quantization) {
   bad = config;
   bad["quantization_config"]["fmt"] = "e5m2";
   expect_error(bad, {"quantization_config.fmt", "e5m2"});
+  bad = config;
+  bad["quantization_config"]["activation_scheme"] = "per_token";
+  expect_error(bad, {"quantization_config.activation_scheme", "per_token"});
   bad = config;
   bad["quantization_config"]["weight_block_size"] = {128};
   expect_error(bad, {"quantization_config.weight_block_size", "two integers"});

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "ops/cpu/ops.h"
 #include "scratch_dir.h"
 #include "source_paths.h"
 
@@ -256,6 +257,56 @@ TEST(WeightsTest, Fp8ScalesAreChecked) {
   WeightSource good = WeightSource::from_checkpoint(dir);
   good.set_quantization(quantization);
   EXPECT_EQ(good.get_weight("w.weight", {32, 16}).scales.shape(), (Shape{2, 1}));
+}
+
+// Per-tensor FP8 (no weight_block_size): one scalar weight_scale, as such checkpoints store it,
+// scales the whole weight, and a tensor-parallel slice of either dimension keeps it.
+TEST(WeightsTest, ReadsPerTensorFp8) {
+  const testing::ScratchDir scratch("weights_fp8_tensor");
+  const std::string& dir = scratch.path();
+  std::string values(32 * 16, '\0');
+  for (size_t i = 0; i < values.size(); ++i)
+    values[i] = static_cast<char>(i % 0x7f);  // every finite positive e4m3 code
+  const float scale = 0.375f;
+  const std::string header =
+      nlohmann::json{
+          {"w.weight", {{"dtype", "F8_E4M3"}, {"shape", {32, 16}}, {"data_offsets", {0, 512}}}},
+          {"w.weight_scale",
+           {{"dtype", "F32"}, {"shape", nlohmann::json::array()}, {"data_offsets", {512, 516}}}}}
+          .dump();
+  {
+    const uint64_t length = header.size();
+    std::ofstream file(dir + "/model.safetensors", std::ios::binary);
+    file.write(reinterpret_cast<const char*>(&length), 8);
+    file << header << values;
+    file.write(reinterpret_cast<const char*>(&scale), 4);
+  }
+  nlohmann::json config = {{"quant_method", "fp8"}, {"activation_scheme", "static"}};
+  const QuantizationConfig quantization =
+      parse_quantization({{"quantization_config", config}}, "config.json");
+  ASSERT_TRUE(quantization.per_tensor && quantization.stored);
+  const auto expected = [&](int64_t row, int64_t col) {
+    return cpu::load_float(reinterpret_cast<const std::byte*>(values.data() + row * 16 + col),
+                           DType::kF8E4M3) *
+           scale;
+  };
+  for (const WeightSlice slice : {WeightSlice{}, WeightSlice{0, 8, 16}, WeightSlice{1, 4, 8}}) {
+    WeightSource weights = WeightSource::from_checkpoint(dir);
+    weights.set_quantization(quantization);
+    const Weight weight = weights.get_weight("w.weight", {32, 16}, slice);
+    ASSERT_TRUE(weight.quantized());
+    // A row slice that starts inside the tensor's one block takes a scale a row.
+    EXPECT_EQ(weight.scales.numel(), slice.length != 0 && slice.dim == 0 ? slice.length : 1);
+    std::vector<float> got(weight.rows() * weight.cols());
+    dequantize_rows(weight, 0, weight.rows(), got.data());
+    for (int64_t r = 0; r < weight.rows(); ++r) {
+      for (int64_t c = 0; c < weight.cols(); ++c) {
+        const int64_t row = r + (slice.length != 0 && slice.dim == 0 ? slice.begin : 0);
+        const int64_t col = c + (slice.length != 0 && slice.dim == 1 ? slice.begin : 0);
+        ASSERT_EQ(got[r * weight.cols() + c], expected(row, col)) << r << ", " << c;
+      }
+    }
+  }
 }
 
 }  // namespace
