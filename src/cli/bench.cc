@@ -1,6 +1,7 @@
 #include "cli/bench.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -157,6 +158,17 @@ nlohmann::json or_null(bool present, double value) {
   return present ? nlohmann::json(value) : nlohmann::json(nullptr);
 }
 
+// The KV pages' dtypes, each once, in the plan's group order: "float8_e4m3, bfloat16" for e4m3
+// target pages beside a draft model's bf16 ones.
+std::string kv_dtypes(const KvCachePlan& plan) {
+  std::vector<std::string_view> names;
+  for (const KvGroup& group : plan.groups) {
+    const std::string_view name = dtype_name(group.spec.page.dtype);
+    if (std::find(names.begin(), names.end(), name) == names.end()) names.push_back(name);
+  }
+  return fmt::format("{}", fmt::join(names, ", "));
+}
+
 // Sums the timed iterations into the reported metrics (times in ms).
 nlohmann::json summarize(const std::vector<IterationTimes>& iterations, const BenchOptions& options,
                          const ModelConfig& config, const EngineOptions& engine) {
@@ -297,6 +309,7 @@ void print_table(const nlohmann::json& r) {
                    format_bytes(r["weight_bytes"]), r["weight_dtype"].get<std::string>(),
                    r["weight_params"].get<double>() / 1e6,
                    format_bytes(r["streamed_weight_bytes"]))},
+      {"KV cache dtype", r["kv_cache_dtype"].get<std::string>()},
   };
   if (!r["weight_streaming_floor_ms"].is_null()) {
     rows.emplace_back("weight-streaming floor",
@@ -358,6 +371,7 @@ void run_bench(const BenchOptions& options, const CLI::App& command) {
                engine.stats().preemptions);
   }
   nlohmann::json report = summarize(timed, options, config, engine_flags);
+  report["kv_cache_dtype"] = kv_dtypes(plan);
   report["speculative"] = nlohmann::json(nullptr);
   if (models.speculative) {
     report["speculative"] = spec_json(*models.speculative, before, engine.stats(), report);

@@ -101,6 +101,29 @@ TEST(BenchCliTest, TensorParallelReportsOneRanksWeights) {
   EXPECT_EQ(a["decode_steps"], b["decode_steps"]);
 }
 
+// FP8 projections quantized at load and e4m3 KV pages: the report says so, and each projection
+// weight streams as one byte (plus a scale a block) where f32 took four.
+TEST(BenchCliTest, Fp8WeightsAndKvPages) {
+  const std::string shape = "--batch-size 2 --input-len 8 --output-len 3 --num-iters 1 --json";
+  const CliRun plain = run_bench(shape);
+  const CliRun fp8 = run_bench(shape + " --quantization fp8 --kv-cache-dtype fp8");
+  ASSERT_EQ(plain.exit_code, 0) << plain.err;
+  ASSERT_EQ(fp8.exit_code, 0) << fp8.err;
+  const nlohmann::json a = nlohmann::json::parse(plain.out);
+  const nlohmann::json b = nlohmann::json::parse(fp8.out);
+  EXPECT_EQ(a["kv_cache_dtype"], "float32");  // llama-tiny's config dtype
+  EXPECT_EQ(b["kv_cache_dtype"], "float8_e4m3");
+  EXPECT_EQ(b["weight_dtype"], "float32 (projections float8_e4m3)");
+  EXPECT_EQ(a["decode_steps"], b["decode_steps"]);
+  // llama-tiny's 2 layers of projections (see TensorParallelReportsOneRanksWeights): 3 bytes fewer
+  // each, less a few f32 block scales.
+  const int64_t projections = 2 * (2 * 64 * 64 + 2 * 64 * 32 + 3 * 64 * 128);
+  const int64_t saved =
+      a["streamed_weight_bytes"].get<int64_t>() - b["streamed_weight_bytes"].get<int64_t>();
+  EXPECT_LE(saved, 3 * projections);
+  EXPECT_GE(saved, 3 * projections - 4 * 64);
+}
+
 TEST(BenchCliTest, TableByDefault) {
   const CliRun run = run_bench("--batch-size 1 --input-len 4 --output-len 1 --num-iters 1");
   ASSERT_EQ(run.exit_code, 0) << run.err;
