@@ -26,6 +26,12 @@ void add_cache_flags(CLI::App& command, CacheOptions& flags) {
       ->capture_default_str()
       ->excludes(dtype);
   command
+      .add_option("--kv-cache-dtype-skip-layers", flags.kv_cache_dtype_skip_layers,
+                  "Layers kept in the model's dtype beside an fp8 KV cache: sliding_window (every "
+                  "sliding-window layer) and layer indices, comma-separated")
+      ->delimiter(',')
+      ->allow_extra_args(false);  // the next word is a prompt, not another item
+  command
       .add_option("--attention-backend", flags.attention_backend,
                   "Attention backend that runs: auto (the device's), cpu or cuda")
       ->capture_default_str();

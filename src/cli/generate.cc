@@ -208,7 +208,8 @@ void add_generate_command(CLI::App& app) {
   command->add_option("--frequency-penalty", sampling.frequency_penalty)->capture_default_str();
   command->add_option("--repetition-penalty", sampling.repetition_penalty)->capture_default_str();
   command->add_option("--stop-token-ids", sampling.stop_token_ids, "Token ids that end a request")
-      ->delimiter(',');
+      ->delimiter(',')
+      ->allow_extra_args(false);  // the next word is a prompt, not another id
   command
       ->add_option("--request-seed", options->request_seed,
                    "Seed every request's sampling (the same tokens in any batch)")

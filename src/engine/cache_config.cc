@@ -25,6 +25,36 @@ std::optional<DType> parse_kv_cache_dtype(std::string_view name, std::string_vie
   return dtype;
 }
 
+namespace {
+
+// Error unless the skips keep layers of `target` out of an fp8 cache: indices of layers that own
+// KV.
+void check_dtype_skips(const CacheConfig& config, const ModelConfig& target) {
+  if (*config.dtype != DType::kF8E4M3) {
+    fail("--kv-cache-dtype-skip-layers keeps layers out of an fp8 KV cache; the cache is {}",
+         dtype_name(*config.dtype));
+  }
+  const int64_t count = static_cast<int64_t>(target.layers.size());
+  for (const int64_t index : config.dtype_skips.layers) {
+    if (index < 0 || index >= count) {
+      fail("--kv-cache-dtype-skip-layers: layer {} does not exist ({} has layers 0 to {})", index,
+           target.source, count - 1);
+    }
+    const LayerAttentionConfig& layer = target.layers[index];
+    if (layer.kv_source == KvSource::kEarlierLayer) {
+      fail(
+          "--kv-cache-dtype-skip-layers: layer {} ({}) reads the KV of layer {} and keeps none of "
+          "its own; skip that layer instead",
+          index, layer.name, layer.kv_source_layer);
+    }
+    if (layer.kv_source != KvSource::kOwn) {
+      fail("--kv-cache-dtype-skip-layers: layer {} ({}) keeps no KV of its own", index, layer.name);
+    }
+  }
+}
+
+}  // namespace
+
 CacheConfig resolve_cache_config(CacheConfig config, const ModelConfig& target, Device device) {
   if (config.backend == nullptr) {
     config.backend = &default_attention_backend(device.type);
@@ -32,9 +62,12 @@ CacheConfig resolve_cache_config(CacheConfig config, const ModelConfig& target, 
     fail("attention backend '{}' does not run on {}; leave it unset or name {}",
          config.backend->name(), device.to_string(), default_attention_backend(device.type).name());
   }
-  if (!config.dtype)
-    config.dtype = device.is_cpu() ? target.dtype.value_or(DType::kBF16) : DType::kBF16;
-  for (const std::optional<DType>& dtype : {config.dtype, config.draft_dtype}) {
+  // What auto gives: bfloat16 on a GPU, else the target's dtype (else bfloat16).
+  const DType automatic = device.is_cpu() ? target.dtype.value_or(DType::kBF16) : DType::kBF16;
+  if (!config.dtype) config.dtype = automatic;
+  if (!config.dtype_skips.empty()) check_dtype_skips(config, target);
+  if (!config.skip_dtype) config.skip_dtype = automatic;
+  for (const std::optional<DType>& dtype : {config.dtype, config.draft_dtype, config.skip_dtype}) {
     if (dtype && !is_kv_cache_dtype(*dtype)) {
       fail(
           "KV cache dtype {} is not one a cache is kept in; expected float32, bfloat16, float16 "
@@ -66,6 +99,8 @@ KvCachePlan plan_cache(const ModelConfig& target, const ModelConfig* drafter,
   const KvLayerOptions layers{.block_size = config.block_size,
                               .dtype = *config.dtype,
                               .draft_dtype = config.draft_dtype,
+                              .skips = config.dtype_skips,
+                              .skip_dtype = config.skip_dtype.value_or(*config.dtype),
                               .backend = config.backend};
   return plan_kv_cache(build_kv_layers(target, drafter, layers), options);
 }

@@ -21,6 +21,10 @@ struct CacheConfig {
   // The drafter's layers' KV dtype when it differs (a bf16 drafter beside an FP8 target); nullopt:
   // dtype.
   std::optional<DType> draft_dtype;
+  // Target layers kept out of an fp8 cache (--kv-cache-dtype-skip-layers), in skip_dtype (nullopt:
+  // what auto gives, the model's own).
+  KvDtypeSkips dtype_skips;
+  std::optional<DType> skip_dtype;
   // The attention backend that plans the layout and runs; null (auto): the device's.
   const AttentionBackend* backend = nullptr;
   int64_t block_size = 16;               // tokens per block before page sizes are unified
@@ -43,8 +47,9 @@ bool is_kv_cache_dtype(DType dtype);
 std::optional<DType> parse_kv_cache_dtype(std::string_view name, std::string_view what);
 
 // `config` with its automatic choices made for `target` on `device`. Throws Error when the named
-// backend does not run on the device, or max_model_len is longer than the target's
-// max_position_embeddings.
+// backend does not run on the device, max_model_len is longer than the target's
+// max_position_embeddings, or dtype_skips are given without an fp8 cache or name a layer that
+// does not exist or owns no KV.
 CacheConfig resolve_cache_config(CacheConfig config, const ModelConfig& target, Device device);
 
 // Plans the KV cache of a resolved config for a run. With neither memory_bytes nor num_blocks the

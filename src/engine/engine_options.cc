@@ -1,5 +1,7 @@
 #include "engine/engine_options.h"
 
+#include <charconv>
+
 #include "core/error.h"
 #include "core/files.h"
 #include "core/units.h"
@@ -66,6 +68,20 @@ CacheConfig parse_cache_options(const CacheOptions& flags) {
   }
   if (flags.kv_cache_dtype != "auto") {
     config.dtype = parse_kv_cache_dtype(flags.kv_cache_dtype, "--kv-cache-dtype");
+  }
+  for (const std::string& item : flags.kv_cache_dtype_skip_layers) {
+    if (item == "sliding_window") {
+      config.dtype_skips.sliding_window = true;
+      continue;
+    }
+    int64_t index = -1;
+    const char* end = item.data() + item.size();
+    const auto [at, error] = std::from_chars(item.data(), end, index);
+    if (error != std::errc() || at != end || index < 0) {
+      fail("--kv-cache-dtype-skip-layers {}: expected sliding_window or a layer index",
+           item.substr(0, 40));
+    }
+    config.dtype_skips.layers.push_back(index);
   }
   if (flags.attention_backend != "auto") {
     config.backend = &find_attention_backend(flags.attention_backend);

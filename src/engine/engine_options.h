@@ -42,6 +42,8 @@ struct CacheOptions {
   std::optional<int64_t> max_model_len;
   std::string dtype = "auto";
   std::string kv_cache_dtype = "auto";  // vLLM's spelling of the same choice, with fp8
+  // Target layers kept in the model's dtype beside an fp8 cache: "sliding_window", layer indices.
+  std::vector<std::string> kv_cache_dtype_skip_layers;
   std::string attention_backend = "auto";
   std::string buffer_layout = "separate";
 };

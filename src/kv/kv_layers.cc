@@ -124,13 +124,15 @@ void append_model(std::vector<KvLayer>& layers, const ModelConfig& model, ModelR
     layer.role = role;
     layer.name = (layer.is_drafter() ? kDraftPrefix : "") + layer.attention.name;
     layer.backend = backend;
-    const DType dtype =
-        layer.is_drafter() ? options.draft_dtype.value_or(options.dtype) : options.dtype;
-    check_backend_supports(layer, dtype);
+    DType dtype = layer.is_drafter() ? options.draft_dtype.value_or(options.dtype) : options.dtype;
+    if (!layer.is_drafter() && options.skips.covers(i, layer.attention.kind)) {
+      dtype = options.skip_dtype;
+    }
 
     int64_t source = -1;
     switch (layer.attention.kv_source) {
       case KvSource::kOwn:
+        check_backend_supports(layer, dtype);
         layer.spec = owner_spec(layer, options, dtype);
         layers.push_back(std::move(layer));
         continue;
@@ -166,6 +168,7 @@ void append_model(std::vector<KvLayer>& layers, const ModelConfig& model, ModelR
     }
     while (!layers[source].owns_kv())
       source = layers[source].source;
+    check_backend_supports(layer, layers[source].spec->page.dtype);  // it reads the source's pages
     check_compatible_source(layer, layers[source]);
     layer.source = source;
     layers.push_back(std::move(layer));
@@ -173,6 +176,11 @@ void append_model(std::vector<KvLayer>& layers, const ModelConfig& model, ModelR
 }
 
 }  // namespace
+
+bool KvDtypeSkips::covers(int64_t index, AttentionKind kind) const {
+  return (sliding_window && kind == AttentionKind::kSliding) ||
+         std::find(layers.begin(), layers.end(), index) != layers.end();
+}
 
 std::vector<KvLayer> build_kv_layers(const ModelConfig& target, const ModelConfig* drafter,
                                      const KvLayerOptions& options) {

@@ -28,10 +28,25 @@ struct KvLayer {
 
 constexpr int64_t kMaxBlockSize = 65536;  // tokens
 
+// Target layers that own KV and keep another dtype than the cache's (vLLM's
+// --kv-cache-dtype-skip-layers: a model's own dtype beside an fp8 cache): every sliding-window
+// layer where `sliding_window`, and the layers of these indices. A layer that reads an earlier
+// layer's KV reads it in its source's dtype.
+struct KvDtypeSkips {
+  bool sliding_window = false;
+  std::vector<int64_t> layers;
+
+  bool empty() const { return !sliding_window && layers.empty(); }
+  // Whether the target layer of index `index` and attention `kind` is skipped.
+  bool covers(int64_t index, AttentionKind kind) const;
+};
+
 struct KvLayerOptions {
   int64_t block_size = 16;  // tokens per block before page-size unification
   DType dtype = DType::kBF16;
-  std::optional<DType> draft_dtype;                 // the drafter's layers'; default: dtype
+  std::optional<DType> draft_dtype;  // the drafter's layers'; default: dtype
+  KvDtypeSkips skips;                // target layers kept in skip_dtype
+  DType skip_dtype = DType::kBF16;
   const AttentionBackend* backend = nullptr;        // reads the target's layers
   const AttentionBackend* draft_backend = nullptr;  // reads the drafter's layers; default: backend
 };

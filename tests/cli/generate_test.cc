@@ -618,6 +618,45 @@ TEST(GenerateCliTest, SpeculativeDecodingPrintsTheSameText) {
   EXPECT_EQ(mixed.out, fp8.out);
 }
 
+// --kv-cache-dtype-skip-layers: skipping both of llama-tiny's layers keeps the whole cache in
+// the model's own dtype (f32), so the output is the default cache's, log-probabilities too;
+// skipping one is neither that nor the all-e4m3 cache's. Gemma 4's sliding-window layers, with
+// the layers that share their KV, run in f32 beside e4m3 full-attention pages.
+TEST(GenerateCliTest, KvCacheDtypeSkipLayers) {
+  const std::string args = "--prompt-ids 5,6,7,8,9 --max-tokens 12 --ignore-eos --json";
+  const CliRun plain = run_generate(args);
+  const CliRun fp8 = run_generate(args + " --kv-cache-dtype fp8");
+  const CliRun both = run_generate(args + " --kv-cache-dtype fp8 --kv-cache-dtype-skip-layers 0,1");
+  const CliRun one = run_generate(args + " --kv-cache-dtype fp8 --kv-cache-dtype-skip-layers 1");
+  for (const CliRun* run : {&plain, &fp8, &both, &one})
+    ASSERT_EQ(run->exit_code, 0) << run->err;
+  EXPECT_EQ(both.out, plain.out);
+  EXPECT_NE(fp8.out, plain.out);
+  EXPECT_NE(one.out, plain.out);
+  EXPECT_NE(one.out, fp8.out);
+
+  const std::string gemma = "generate --model " + std::string(PAGODA_SOURCE_DIR) +
+                            "/tests/fixtures/gemma4-tiny " + args + " --kv-cache-dtype fp8";
+  const CliRun all_e4m3 = run_pagoda(gemma);
+  const CliRun sliding = run_pagoda(gemma + " --kv-cache-dtype-skip-layers sliding_window");
+  ASSERT_EQ(all_e4m3.exit_code, 0) << all_e4m3.err;
+  ASSERT_EQ(sliding.exit_code, 0) << sliding.err;
+  EXPECT_NE(sliding.out, all_e4m3.out);
+}
+
+// A list flag takes one word (its items comma-separated, the flag repeatable): the word after it
+// stays a prompt.
+TEST(GenerateCliTest, ListFlagsLeaveThePromptAlone) {
+  const std::string tokenizer =
+      " --tokenizer " + std::string(PAGODA_SOURCE_DIR) + "/tests/fixtures/byte-tokenizer";
+  for (const std::string flags :
+       {"--stop-token-ids 250,251", "--kv-cache-dtype fp8 --kv-cache-dtype-skip-layers 0"}) {
+    const CliRun run = run_generate(flags + tokenizer + " Hello --max-tokens 2 --json");
+    ASSERT_EQ(run.exit_code, 0) << flags << ": " << run.err;
+    EXPECT_EQ(nlohmann::json::parse(run.out)["prompt_token_ids"].size(), 5u) << flags;
+  }
+}
+
 // Bad combinations stop before anything loads, with one line naming the reason.
 TEST(GenerateCliTest, SpeculativeConfigErrorsNameTheReason) {
   const std::string fixtures = std::string(PAGODA_SOURCE_DIR) + "/tests/fixtures/";

@@ -128,6 +128,54 @@ TEST(InspectCliTest, Fp8KvCacheShowsItsGain) {
   EXPECT_EQ(dtypes["drafter"], std::set<std::string>{"bfloat16"});
 }
 
+// --kv-cache-dtype-skip-layers keeps target layers out of the fp8 cache (vLLM's spelling): Gemma
+// 4's sliding-window layers, and the later layers reading their KV, in bfloat16 beside e4m3 pages
+// for the full-attention ones; or the layers named by index. Without an fp8 cache, or naming a
+// layer that is not there or keeps no KV of its own, it is an error.
+TEST(InspectCliTest, SkippedLayersKeepBf16Pages) {
+  const std::string model =
+      "inspect --model " + example_config("gemma-4-e4b") + " --kv-cache-dtype fp8 --json";
+  const auto dtypes = [&](const std::string& skips) {
+    const CliRun run = run_pagoda(model + " --kv-cache-dtype-skip-layers " + skips);
+    EXPECT_EQ(run.exit_code, 0) << run.err;
+    std::vector<std::pair<std::string, std::string>> out;  // each layer's type and page dtype
+    if (run.exit_code != 0) return out;
+    const nlohmann::json plan = nlohmann::json::parse(run.out);
+    for (const nlohmann::json& layer : plan["layers"]) {
+      const nlohmann::json& group = plan["groups"][layer["group"].get<size_t>()];
+      out.emplace_back(layer["type"], group["spec"]["dtype"]);
+    }
+    return out;
+  };
+  const auto sliding = dtypes("sliding_window");
+  ASSERT_EQ(sliding.size(), 42u);
+  for (const auto& [type, dtype] : sliding)
+    EXPECT_EQ(dtype, type == "sliding" ? "bfloat16" : "float8_e4m3") << type;
+  const auto named = dtypes("0,5");  // a sliding and a full-attention layer
+  ASSERT_EQ(named.size(), 42u);
+  EXPECT_EQ(named[0].second, "bfloat16");
+  EXPECT_EQ(named[5].second, "bfloat16");
+  EXPECT_EQ(named[1].second, "float8_e4m3");
+  EXPECT_EQ(named[11].second, "float8_e4m3");  // full attention, not named
+
+  const CliRun bf16 = run_pagoda("inspect --model " + example_config("gemma-4-e4b") +
+                                 " --kv-cache-dtype bfloat16 --kv-cache-dtype-skip-layers 0");
+  EXPECT_EQ(bf16.exit_code, 1);
+  EXPECT_NE(bf16.err.find("keeps layers out of an fp8 KV cache; the cache is bfloat16"),
+            std::string::npos)
+      << bf16.err;
+  const std::vector<std::pair<std::string, std::string>> refused = {
+      {"42", "layer 42 does not exist"},
+      {"30", "layer 30 (model.layers.30.self_attn) reads the KV of layer"},
+      {"sliding", "--kv-cache-dtype-skip-layers sliding: expected sliding_window or a layer index"},
+      {"-1", "expected sliding_window or a layer index"}};
+  for (const auto& [skips, expected] : refused) {
+    const CliRun run = run_pagoda(model + " --kv-cache-dtype-skip-layers " + skips);
+    EXPECT_EQ(run.exit_code, 1) << skips;
+    EXPECT_NE(run.err.find(expected), std::string::npos) << skips << ": " << run.err;
+  }
+}
+
 TEST(InspectCliTest, BadInputIsOneLineAndNonZero) {
   struct Case {
     const char* label;

@@ -36,6 +36,33 @@ TEST(KvLayersTest, SharingLayersResolveToTheirSource) {
   EXPECT_EQ(layers[4].source, 0);
 }
 
+// --kv-cache-dtype-skip-layers: sliding owners and named ones keep skip_dtype in an e4m3 cache;
+// sharing layers read their source's pages; a drafter's layers are not the target's to skip.
+TEST(KvLayersTest, SkippedLayersKeepTheirDtype) {
+  const ModelConfig model =
+      model_of({sliding_layer(1, 32, 64), full_layer(1, 64), sharing(sliding_layer(1, 32, 64), 0),
+                sharing(full_layer(1, 64), 1), full_layer(1, 64)});
+  const auto dtypes = [&](const KvDtypeSkips& skips, const ModelConfig* drafter = nullptr) {
+    const std::vector<KvLayer> layers = build_kv_layers(model, drafter,
+                                                        {.dtype = DType::kF8E4M3,
+                                                         .skips = skips,
+                                                         .skip_dtype = DType::kBF16,
+                                                         .backend = &cpu_attention_backend()});
+    std::vector<DType> out;
+    for (const KvLayer& layer : layers) {
+      const int64_t owner = layer.owns_kv() ? &layer - layers.data() : layer.source;
+      out.push_back(layers[owner].spec->page.dtype);
+    }
+    return out;
+  };
+  constexpr DType e4m3 = DType::kF8E4M3, bf16 = DType::kBF16;
+  EXPECT_EQ(dtypes({}), std::vector<DType>(5, e4m3));
+  EXPECT_EQ(dtypes({.sliding_window = true}), (std::vector<DType>{bf16, e4m3, bf16, e4m3, e4m3}));
+  EXPECT_EQ(dtypes({.layers = {4, 1}}), (std::vector<DType>{e4m3, bf16, e4m3, bf16, bf16}));
+  EXPECT_EQ(dtypes({.sliding_window = true}, &model),
+            (std::vector<DType>{bf16, e4m3, bf16, e4m3, e4m3, e4m3, e4m3, e4m3, e4m3, e4m3}));
+}
+
 TEST(KvLayersTest, BadSourcesNameBothLayers) {
   expect_error(
       [] {
