@@ -33,9 +33,10 @@ void check_signals() {
 }
 
 // EngineOptions from keyword arguments named as the CLI's flags (max_num_seqs=8 is
-// --max-num-seqs 8): True sets a flag, False sets its --no- form where there is one, a dict or
-// list is JSON (speculative_config), anything else its str(). Unknown names and bad values raise
-// ValueError with the CLI's message.
+// --max-num-seqs 8): True sets a flag, False sets its --no- form where there is one, a dict is
+// JSON (speculative_config), a list or tuple its items' str() comma-separated
+// (kv_cache_dtype_skip_layers=["sliding_window", 3]; empty: not given), anything else its str().
+// Unknown names and bad values raise ValueError with the CLI's message.
 EngineOptions engine_options(const py::dict& kwargs) {
   EngineOptions options;
   CLI::App app("pagoda");
@@ -64,8 +65,14 @@ EngineOptions engine_options(const py::dict& kwargs) {
       continue;
     }
     // One argument, --name=value: a value that starts with "--" is then never taken for a flag.
-    if (py::isinstance<py::dict>(value) || py::isinstance<py::list>(value)) {
+    if (py::isinstance<py::dict>(value)) {
       args.push_back(name + "=" + std::string(py::str(json.attr("dumps")(value))));
+    } else if (py::isinstance<py::list>(value) || py::isinstance<py::tuple>(value)) {
+      if (py::len(value) == 0) continue;
+      std::string items;
+      for (const py::handle item : value)
+        items += (items.empty() ? "" : ",") + std::string(py::str(item));
+      args.push_back(name + "=" + items);
     } else {
       args.push_back(name + "=" + std::string(py::str(value)));
     }

@@ -269,3 +269,20 @@ def test_speculative_and_parallel_options_pass_through(llm, options):
     assert [o.outputs[0].token_ids for o in other.generate(prompts, params)] == expected
     if "speculative_config" in options:
         assert other.stats().spec_draft_tokens > 0
+
+
+def test_list_options_pass_comma_separated():
+    """kv_cache_dtype_skip_layers=[0, 1] is --kv-cache-dtype-skip-layers=0,1: both of llama-tiny's
+    layers kept out of the e4m3 cache, so the tokens and log-probabilities are the default
+    cache's; an empty list passes nothing."""
+    params = SamplingParams(temperature=0, max_tokens=12, ignore_eos=True, logprobs=0)
+
+    def run(**options):
+        out = LLM(model=LLAMA_TINY, kv_cache_memory="16MiB", **options).generate(
+            prompt_token_ids=[5, 6, 7, 8], sampling_params=params)[0].outputs[0]
+        return out.token_ids, [next(iter(p.values())).logprob for p in out.logprobs]
+
+    plain = run()
+    assert run(kv_cache_dtype="fp8", kv_cache_dtype_skip_layers=[0, 1]) == plain
+    assert run(kv_cache_dtype="fp8", kv_cache_dtype_skip_layers=(1,)) != plain
+    assert run(kv_cache_dtype_skip_layers=[]) == plain
