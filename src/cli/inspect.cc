@@ -154,6 +154,7 @@ InspectReport build_inspect_report(const InspectOptions& options) {
     CacheConfig bf16 = cache;
     bf16.dtype = DType::kBF16;
     bf16.draft_dtype.reset();
+    bf16.dtype_skips = {};
     report.bf16_tokens_per_gib =
         rank_tokens_per_gib(plan_cache(rank_target, rank_drafter ? &*rank_drafter : nullptr, bf16));
   }

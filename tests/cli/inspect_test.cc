@@ -151,6 +151,14 @@ TEST(InspectCliTest, SkippedLayersKeepBf16Pages) {
   ASSERT_EQ(sliding.size(), 42u);
   for (const auto& [type, dtype] : sliding)
     EXPECT_EQ(dtype, type == "sliding" ? "bfloat16" : "float8_e4m3") << type;
+  // The gain is counted against a cache all in bfloat16: under 2x, as the sliding layers keep
+  // theirs.
+  const CliRun gain = run_pagoda(model + " --kv-cache-dtype-skip-layers sliding_window");
+  const nlohmann::json tp = nlohmann::json::parse(gain.out)["tensor_parallel"];
+  const int64_t fp8_tokens = tp["kv_tokens_per_gib_per_rank"].get<int64_t>();
+  const int64_t bf16_tokens = tp["kv_tokens_per_gib_per_rank_at_bfloat16"].get<int64_t>();
+  EXPECT_GT(fp8_tokens, bf16_tokens);
+  EXPECT_LT(fp8_tokens, 2 * bf16_tokens);
   const auto named = dtypes("0,5");  // a sliding and a full-attention layer
   ASSERT_EQ(named.size(), 42u);
   EXPECT_EQ(named[0].second, "bfloat16");
