@@ -12,8 +12,9 @@
 #      beside FlashInfer's kernels when PAGODA_FLASHINFER_DIR names its tree; the decode GEMM
 #      shapes; sampling on the device per step shape (beside FlashInfer's samplers too); and
 #      `pagoda bench` of Llama-3-8B- and Gemma-4-E4B-shaped models against their weight-streaming
-#      floors, greedy and (Llama) with sampling on the device, with FP8 projections (batch 1, 4,
-#      8 and 16), and with e4m3 KV pages against bf16 ones at batch 64 and 2k-token prompts.
+#      floors, greedy and (Llama) with sampling on the device, at batch 2 and 4, an 8k-token
+#      prefill in bf16 and FP8, with FP8 projections (batch 1, 4, 8 and 16), and with e4m3 KV pages
+#      against bf16 ones at batch 64 and 2k-token prompts.
 # Usage: bash tools/gpu_check.sh [BUILD_DIR]   (default build/release; built first when missing)
 # Logs go to $GPU_CHECK_OUT (default build/gpu-check).
 set -uo pipefail
@@ -63,6 +64,17 @@ for batch in 1 64; do
     --model bench/configs/llama-3-8b --load-format dummy --device cuda --max-model-len 4096 \
     --batch-size $batch --input-len 512 --output-len 128 --num-iters 2 --temperature 0.8 \
     --top-p 0.95
+done
+# bf16 at batch 2 and 4 (the tensor-core GEMV against cuBLASLt's GEMM), and an 8k-token prefill.
+for batch in 2 4; do
+  step "bench_llama-3-8b_batch$batch" "$build/src/pagoda" bench --model bench/configs/llama-3-8b \
+    --load-format dummy --device cuda --max-model-len 4096 --batch-size $batch --input-len 512 \
+    --output-len 128 --num-iters 2
+done
+for quantization in auto fp8; do
+  step "bench_llama-3-8b_prefill_8k_$quantization" "$build/src/pagoda" bench \
+    --model bench/configs/llama-3-8b --load-format dummy --device cuda --max-model-len 8448 \
+    --batch-size 1 --input-len 8192 --output-len 2 --num-iters 2 --quantization $quantization
 done
 # FP8 at batch 1 (the one-row GEMV), 4 and 8 (the tensor-core GEMV) and 16 (the FP8 GEMM).
 for batch in 1 4 8 16; do
