@@ -188,24 +188,38 @@ __device__ __forceinline__ void write_rows(const Args& a, const float (&o)[kOTil
   }
 }
 
-// T: the cache's element type, bf16 or e4m3.
-template <typename T, int kDk, int kDv, int kRowTiles, int kStages, int kChunkKeys, int kWarpTiles>
+// The byte offset of bf16 element `column` of key `key`'s row in a tensor-copied stage's K or V
+// rows (kParts 64-column parts): [key][part][64], each 128-byte row (a key's part) with its
+// 16-byte pieces XOR the row's index mod 8 (the copies' 128-byte swizzle).
+template <int kParts>
+__device__ __forceinline__ int boxed_offset(int key, int column) {
+  const int row = key * kParts + column / 64;
+  return row * 128 + ((column % 64 / 8) ^ (row % 8)) * 16 + column % 8 * 2;
+}
+
+// T: the cache's element type, bf16 or e4m3. `maps`: the pages as tensors, for kTma CTAs.
+template <typename T, int kDk, int kDv, int kRowTiles, int kStages, int kChunkKeys, int kWarpTiles,
+          bool kTma>
 __global__ void __launch_bounds__(
-    Shape<T, kDk, kDv, kRowTiles, kStages, kChunkKeys, kWarpTiles>::kThreads)
-    attention_kernel(const Args a) {
-  using S = Shape<T, kDk, kDv, kRowTiles, kStages, kChunkKeys, kWarpTiles>;
+    Shape<T, kDk, kDv, kRowTiles, kStages, kChunkKeys, kWarpTiles, kTma>::kThreads)
+    attention_kernel(const Args a, const __grid_constant__ PageMaps maps) {
+  using S = Shape<T, kDk, kDv, kRowTiles, kStages, kChunkKeys, kWarpTiles, kTma>;
   using M = typename S::Math;
   constexpr int kWT = kWarpTiles;
   constexpr int kThreads = S::kThreads;
   constexpr int kChunk = S::kChunk;
   extern __shared__ uint4 shared_raw[];
   M* q_s = reinterpret_cast<M*>(shared_raw);  // [kRows][kKStride]
-  // kStages x ([kChunk][kRawKStride], [kChunk][kRawVStride]) of T, then (e4m3 pages) the widened
-  // rows [kChunk][kKStride], [kChunk][kVStride] of f16, then the table window.
+  // kStages x ([kChunk][kRawKStride], [kChunk][kRawVStride]) of T (tensor-copied: boxes, see
+  // boxed_offset), then (e4m3 pages) the widened rows [kChunk][kKStride], [kChunk][kVStride] of
+  // f16, then the table window and (kTma) the stages' barriers and counts.
   auto* stages = reinterpret_cast<unsigned char*>(q_s + S::kQElems);
+  if constexpr (kTma) stages += (1024 - smem_address(stages) % 1024) % 1024;
   M* widened = reinterpret_cast<M*>(stages + S::kStages * S::kStageBytes);
   TableWindow window{
       reinterpret_cast<int32_t*>(stages + S::kStages * S::kStageBytes + S::kWideBytes)};
+  auto* landed = reinterpret_cast<uint64_t*>(window.pages + kTableWindow);  // [kStages]
+  auto* finished = reinterpret_cast<int*>(landed + S::kStages);             // [kStages]
 
   // A tile is (row tile, split, V slice), the slice fastest; a slice is kDv of V's dv_total
   // columns.
@@ -232,9 +246,12 @@ __global__ void __launch_bounds__(
 
   // Keys this CTA reads: up to its last row's position, from the first row's window start. Under
   // decode context parallelism, the rank's keys there, by local index.
+  // Tensor copies take whole boxes of kBoxKeys keys within a page: the range starts on one, the
+  // keys before the first row's window masked.
   const int lowest_pos = first_pos + row_begin / a.group;
   const int highest_pos = first_pos + (row_begin + rows_here - 1) / a.group;
-  const int kv_lo = owned_before(a, a.window > 0 ? max(0, lowest_pos - a.window + 1) : 0);
+  int kv_lo = owned_before(a, a.window > 0 ? max(0, lowest_pos - a.window + 1) : 0);
+  if constexpr (kTma) kv_lo = kv_lo / kBoxKeys * kBoxKeys;
   const int kv_hi = owned_before(a, highest_pos + 1);
   // The splits this sequence uses: no more than it has chunks, so a short sequence in a launch
   // sized for long ones (a graph's) merges no empty parts. The CTAs of the other splits have
@@ -306,8 +323,55 @@ __global__ void __launch_bounds__(
     }
     copy_commit();  // an empty group keeps the count of groups per chunk fixed
   };
-  const int early = issue_cached_chunks<kThreads, kChunk>(
-      a, seq, start, num_chunks, owned_before(a, first_pos), S::kStages - 1, window, issue);
+  // Tensor-copied stages: one thread queues a chunk's boxes, a box per page and tensor, on the
+  // stage's barrier (the chunk's bytes expected); the last warp done with a stage
+  // queues the chunk kStages on. Every box lies in one page (kBoxKeys divides the block size and
+  // the chunks start on boxes); boxes past the range are not copied.
+  const int32_t* table = a.block_table + seq * a.block_table_stride;
+  auto issue_boxes = [&](int chunk) {
+    if (chunk >= num_chunks) return;
+    const int stage = chunk % S::kStages;
+    unsigned char* k_rows = stages + stage * S::kStageBytes;
+    unsigned char* v_rows = k_rows + kChunk * kDk * 2;
+    const int first = start + chunk * kChunk;
+    const int boxes = (min(first + kChunk, end) - first + kBoxKeys - 1) / kBoxKeys;
+    // The boxes' block ids, all loads in flight at once, before the copies (which order memory).
+    constexpr int kBoxes = kChunk / kBoxKeys;
+    int blocks[kBoxes];
+#pragma unroll
+    for (int b = 0; b < kBoxes; ++b)
+      blocks[b] = b < boxes ? __ldg(table + a.block_divisor.divide(first + b * kBoxKeys)) : 0;
+    barrier_arrive_expecting(&landed[stage], boxes * kBoxKeys * (kDk + kDv) * 2);
+#pragma unroll
+    for (int b = 0; b < kBoxes; ++b) {
+      if (b >= boxes) break;
+      const int pos = first + b * kBoxKeys;
+      const int token = pos - a.block_divisor.divide(pos) * a.block_size;
+      const int inner = maps.heads_inner ? kv_head : token;
+      const int outer = maps.heads_inner ? token : kv_head;
+      const int offset = b * kBoxKeys * kDk * 2;
+      copy_box_5d(k_rows + offset, &maps.k, 0, 0, inner, outer, blocks[b], &landed[stage]);
+      copy_box_5d(v_rows + offset, &maps.v, 0, 0, inner, outer, blocks[b], &landed[stage]);
+    }
+  };
+  int early = 0;
+  if constexpr (kTma) {
+    // Chunks of keys cached before this step go out before the kernels before this one finish.
+    if (threadIdx.x == 0) {
+      for (int i = 0; i < S::kStages; ++i) {
+        barrier_init(&landed[i], 1);
+        finished[i] = 0;
+      }
+      fence_barrier_init();
+      const int cached_keys = owned_before(a, first_pos);
+      while (early < S::kStages && early < num_chunks &&
+             start + (early + 1) * kChunk <= cached_keys)
+        issue_boxes(early++);
+    }
+  } else {
+    early = issue_cached_chunks<kThreads, kChunk>(
+        a, seq, start, num_chunks, owned_before(a, first_pos), S::kStages - 1, window, issue);
+  }
   start_after_prior_kernels();
   if (a.new_k != nullptr && start < kv_hi && kv_hi <= start + per_split) {
     // The decoding token's K row and V slice, where this CTA and no other reads them.
@@ -330,10 +394,18 @@ __global__ void __launch_bounds__(
                     is_key ? a.k_inverse : a.v_inverse);
       }
     }
+    if constexpr (kTma) fence_proxy_async_global();  // before tensor copies read the rows
     __syncthreads();  // the rows are written before any copy of them is issued
   }
-  for (int c = early; c < S::kStages - 1; ++c)
-    issue(c);
+  if constexpr (kTma) {
+    if (threadIdx.x == 0) {
+      for (int c = early; c < S::kStages; ++c)
+        issue_boxes(c);
+    }
+  } else {
+    for (int c = early; c < S::kStages - 1; ++c)
+      issue(c);
+  }
   // Query rows of this tile; rows past the sequence are zero. A barrier publishes them: the
   // loop's first, or for decode warps, which have none in the loop, the one after. A prefill CTA's
   // bf16 rows (16 pieces a thread) are copied by cp.async, so that a thread's loads are all in
@@ -359,15 +431,35 @@ __global__ void __launch_bounds__(
   if constexpr (kCopyQ) copy_commit();
   if constexpr (kWarpCopies) __syncthreads();
   for (int c = 0; c < num_chunks; ++c) {
-    copy_wait<S::kStages - 2>();
-    // Chunk c is visible to all (or, to each decode warp, its keys of it), and every warp is done
-    // with chunk c - 1, whose stage is refilled.
-    if constexpr (kWarpCopies) {
-      __syncwarp();
+    if constexpr (kTma) {
+      barrier_wait(&landed[c % S::kStages], c / S::kStages % 2);
+      // V rows past the range (a box's tail, or a stage's older rows) are zeroed: their
+      // probabilities are 0, but whatever the page or stage held there need not be finite.
+      const int past = end - (start + c * kChunk);
+      if (past < kChunk) {
+        unsigned char* v_rows = stages + c % S::kStages * S::kStageBytes + kChunk * kDk * 2;
+        constexpr int kPieces = S::kKeysPerWarp * kDv / 8;
+        for (int i = lane; i < kPieces; i += 32) {
+          const int key = warp_first_key + i / (kDv / 8);
+          const int column = i % (kDv / 8) * 8;
+          if (key >= past) {
+            *reinterpret_cast<uint4*>(v_rows + boxed_offset<kDv / 64>(key, column)) =
+                make_uint4(0, 0, 0, 0);
+          }
+        }
+        __syncwarp();
+      }
     } else {
-      __syncthreads();
+      copy_wait<S::kStages - 2>();
+      // Chunk c is visible to all (or, to each decode warp, its keys of it), and every warp is
+      // done with chunk c - 1, whose stage is refilled.
+      if constexpr (kWarpCopies) {
+        __syncwarp();
+      } else {
+        __syncthreads();
+      }
+      issue(c + S::kStages - 1);
     }
-    issue(c + S::kStages - 1);
 
     const M* k_s;
     if constexpr (S::kWidens) {
@@ -406,7 +498,13 @@ __global__ void __launch_bounds__(
       }
       if constexpr (kTiles == 1) {
         uint32_t kb[2];
-        load_matrix_x2(kb, k_warp + (lane % 8) * S::kKStride + kc * 16 + ((lane / 8) % 2) * 8);
+        if constexpr (kTma) {
+          load_matrix_x2(kb, reinterpret_cast<const unsigned char*>(k_s) +
+                                 boxed_offset<kDk / 64>(warp_first_key + lane % 8,
+                                                        kc * 16 + (lane / 8) % 2 * 8));
+        } else {
+          load_matrix_x2(kb, k_warp + (lane % 8) * S::kKStride + kc * 16 + ((lane / 8) % 2) * 8);
+        }
 #pragma unroll
         for (int mt = 0; mt < kWT; ++mt)
           mma<M>(s[mt][0], qa[mt], kb[0], kb[1]);
@@ -447,7 +545,15 @@ __global__ void __launch_bounds__(
       constexpr int kTilesPerLoad = kDv / 8 % 4 == 0 ? 4 : 2;
 #pragma unroll
       for (int d = 0; d < kDv / 8; d += kTilesPerLoad) {
-        const M* v_rows = v_warp + (lane % 8) * S::kVStride + (d + (lane / 8) % kTilesPerLoad) * 8;
+        const M* v_rows;
+        if constexpr (kTma) {
+          v_rows = reinterpret_cast<const M*>(
+              reinterpret_cast<const unsigned char*>(k_s) + kChunk * kDk * 2 +
+              boxed_offset<kDv / 64>(warp_first_key + lane % 8,
+                                     (d + (lane / 8) % kTilesPerLoad) * 8));
+        } else {
+          v_rows = v_warp + (lane % 8) * S::kVStride + (d + (lane / 8) % kTilesPerLoad) * 8;
+        }
         if constexpr (kTilesPerLoad == 4) {
           uint32_t vb[4];
           load_matrix_x4_trans(vb, v_rows);
@@ -482,6 +588,21 @@ __global__ void __launch_bounds__(
             mma<M>(o[mt][d], pa[mt], vb[0], vb[1]);
             mma<M>(o[mt][d + 1], pa[mt], vb[2], vb[3]);
           }
+        }
+      }
+    }
+    if constexpr (kTma) {
+      // This warp is done reading the stage; the last of the kWarps to finish it (its count
+      // passing (c / kStages + 1) * kWarps) queues the chunk that refills it, after a fence that
+      // orders the warps' reads (and zeroing) before the copies' writes.
+      __syncwarp();
+      if (lane == 0) {
+        __threadfence_block();
+        const int done = atomicAdd(&finished[c % S::kStages], 1);
+        if (done == (c / S::kStages + 1) * S::kWarps - 1) {
+          __threadfence_block();
+          fence_proxy_async_shared();
+          issue_boxes(c + S::kStages);
         }
       }
     }

@@ -68,6 +68,42 @@ __device__ __forceinline__ void barrier_wait(uint64_t* barrier, int parity) {
         : "memory");
   }
 }
+// A barrier arrival that also expects `bytes` more from bulk copies in this phase.
+__device__ __forceinline__ void barrier_arrive_expecting(uint64_t* barrier, uint32_t bytes) {
+  asm volatile(
+      "mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_address(barrier)),
+      "r"(bytes)
+      : "memory");
+}
+
+// Tensor memory access (TMA, sm_90): copies of a box of a tensor described by a CUtensorMap
+// (a kernel parameter) into shared memory, counted in bytes on a barrier; and the proxy fences
+// that order this thread's ordinary memory accesses before such copies.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define PAGODA_TMA_ASM(...) asm volatile(__VA_ARGS__)
+#else
+// Built for an older target (or the host pass): never launched there (decode_page_maps).
+#define PAGODA_TMA_ASM(...) __trap()
+#endif
+__device__ __forceinline__ void copy_box_5d(void* dst, const void* map, int c0, int c1, int c2,
+                                            int c3, int c4, uint64_t* barrier) {
+  PAGODA_TMA_ASM(
+      "cp.async.bulk.tensor.5d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%2, %3, %4, %5, %6}], [%7];\n" ::"r"(smem_address(dst)),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4),
+      "r"(smem_address(barrier))
+      : "memory");
+}
+__device__ __forceinline__ void fence_barrier_init() {
+  PAGODA_TMA_ASM("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+__device__ __forceinline__ void fence_proxy_async_shared() {
+  PAGODA_TMA_ASM("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+__device__ __forceinline__ void fence_proxy_async_global() {
+  PAGODA_TMA_ASM("fence.proxy.async.global;\n" ::: "memory");
+}
+
 // Named barrier `id` (1-15) of `threads` threads: wait there, or arrive without waiting.
 __device__ __forceinline__ void named_sync(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");

@@ -4,7 +4,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <limits>
+#include <optional>
+#include <string_view>
 #include <type_traits>
 
 #include "attention/cuda/attention_kernel.cuh"
@@ -77,6 +80,82 @@ bool aligned_16(const Tensor& t) {
   return t.stride(t.dim() - 1) == 1;
 }
 
+// The driver's tensor-map encoder, found through the runtime (so nothing links the driver
+// library itself); null where the driver has none.
+using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*,
+                                 const cuuint64_t*, const cuuint64_t*, const cuuint32_t*,
+                                 const cuuint32_t*, CUtensorMapInterleave, CUtensorMapSwizzle,
+                                 CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+EncodeTiled tensor_map_encoder() {
+  static const EncodeTiled encoder = [] {
+    void* function = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &function, 12000,
+                                         cudaEnableDefault, &found) != cudaSuccess ||
+        found != cudaDriverEntryPointSuccess) {
+      (void)cudaGetLastError();
+      return EncodeTiled{nullptr};
+    }
+    return reinterpret_cast<EncodeTiled>(function);
+  }();
+  return encoder;
+}
+
+// Describes `view` ([blocks, block_size, heads, head_size] bf16, any strides of whole 16-byte
+// multiples) as PageMaps says: dimensions 64 columns, head_size / 64 parts, then tokens and heads
+// in the order of their strides, then blocks; boxes of kBoxKeys tokens of one head, whole rows,
+// swizzled in 128-byte parts. False where the driver refuses it.
+bool encode_page_map(EncodeTiled encode, const Tensor& view, bool heads_inner, CUtensorMap& map) {
+  const int inner = heads_inner ? 2 : 1;
+  const int outer = heads_inner ? 1 : 2;
+  const auto size = [&](int d) { return static_cast<cuuint64_t>(view.size(d)); };
+  const auto bytes = [&](int d) { return static_cast<cuuint64_t>(view.stride(d)) * 2; };
+  const cuuint64_t dims[5] = {64, size(3) / 64, size(inner), size(outer), size(0)};
+  const cuuint64_t strides[4] = {128, bytes(inner), bytes(outer), bytes(0)};
+  const auto parts = static_cast<cuuint32_t>(size(3) / 64);
+  const cuuint32_t box[5] = {64, parts, heads_inner ? 1u : kBoxKeys, heads_inner ? kBoxKeys : 1u,
+                             1};
+  const cuuint32_t element_strides[5] = {1, 1, 1, 1, 1};
+  return encode(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 5, view.raw_data(), dims, strides, box,
+                element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+// For measuring one way of filling decode stages against the other inside whole steps:
+// PAGODA_DECODE_TMA=0 keeps the cp.async copies wherever tensor copies could run.
+bool decode_tma_allowed() {
+  static const bool allowed = [] {
+    const char* value = std::getenv("PAGODA_DECODE_TMA");
+    const std::string_view name = value == nullptr ? "1" : value;
+    PAGODA_CHECK(name == "0" || name == "1", "PAGODA_DECODE_TMA is 0 or 1, not '{}'", name);
+    return name == "1";
+  }();
+  return allowed;
+}
+
+// The tensor maps of a bf16 cache's pages for the tensor-copied decode CTAs, where they run: an
+// sm_90 device, K and V heads both 128 wide (the shape measured), pages of a multiple of kBoxKeys
+// tokens, and the driver taking both maps. Otherwise none, and the decode CTAs copy with cp.async.
+std::optional<PageMaps> decode_page_maps(const KvCacheView& cache, int64_t dk, int64_t dv,
+                                         int64_t block_size) {
+  if (!has_warpgroup_mma() || !decode_tma_allowed() || cache.key.dtype() != DType::kBF16 ||
+      dk != 128 || dv != 128 || block_size % kBoxKeys != 0) {
+    return std::nullopt;
+  }
+  const EncodeTiled encode = tensor_map_encoder();
+  if (encode == nullptr) return std::nullopt;
+  const bool heads_inner = cache.key.stride(2) < cache.key.stride(1);
+  if (heads_inner != (cache.value.stride(2) < cache.value.stride(1))) return std::nullopt;
+  PageMaps maps{};
+  maps.heads_inner = heads_inner ? 1 : 0;
+  if (!encode_page_map(encode, cache.key, heads_inner, maps.k) ||
+      !encode_page_map(encode, cache.value, heads_inner, maps.v)) {
+    return std::nullopt;
+  }
+  return maps;
+}
+
 // Calls body(std::type_identity<T>{}) with T the element type of a cache of `dtype`.
 template <typename Body>
 void with_cache_type(DType dtype, Body&& body) {
@@ -95,13 +174,13 @@ dim3 attention_grid(int64_t tiles, int64_t kv_heads, int64_t num_seqs) {
 }
 
 template <typename T, int kDk, int kDv, int kRowTiles, int kStages, int kChunk = kDefaultChunk,
-          int kWarpTiles = 1>
+          int kWarpTiles = 1, bool kTma = false>
 struct Kernel {
-  using S = Shape<T, kDk, kDv, kRowTiles, kStages, kChunk, kWarpTiles>;
+  using S = Shape<T, kDk, kDv, kRowTiles, kStages, kChunk, kWarpTiles, kTma>;
   static_assert(S::kSmemBytes <= 227 * 1024, "the kernel's shared memory exceeds sm_90's");
   static constexpr int kSliceWidth = kDv;
   static constexpr auto kFunction =
-      attention_kernel<T, kDk, kDv, kRowTiles, kStages, kChunk, kWarpTiles>;
+      attention_kernel<T, kDk, kDv, kRowTiles, kStages, kChunk, kWarpTiles, kTma>;
 
   // Raises the kernel's shared-memory limit, once.
   static void prepare() {
@@ -116,15 +195,20 @@ struct Kernel {
     (void)prepared;
   }
 
-  static void launch(const Args& args, int num_seqs, int row_tiles) {
+  // `maps`: the pages as tensors, which kTma kernels copy from (see decode_page_maps).
+  static void launch(const Args& args, int num_seqs, int row_tiles, const PageMaps& maps = {}) {
     PAGODA_CHECK(args.dv_slices * kSliceWidth == args.dv_total, "V of {} in slices of {}",
                  args.dv_total, kSliceWidth);
     // CTAs of one key group write their rows from registers, which a split result cannot.
     PAGODA_CHECK(S::kKeyGroups > 1 || args.num_splits == 1, "prefill CTAs cannot split KV");
+    PAGODA_CHECK(
+        !kTma ||
+            (args.block_size % kBoxKeys == 0 && args.head_size_k == kDk && args.dv_slices == 1),
+        "tensor-copied decode CTAs need whole heads in pages of a multiple of {} tokens", kBoxKeys);
     prepare();
     const dim3 grid = attention_grid(int64_t{row_tiles} * args.num_splits * args.dv_slices,
                                      args.num_kv_heads, num_seqs);
-    cuda::launch(kFunction, grid, S::kThreads, S::kSmemBytes, stream(), args);
+    cuda::launch(kFunction, grid, S::kThreads, S::kSmemBytes, stream(), args, maps);
   }
 };
 
@@ -169,7 +253,14 @@ using PrefillWarpgroupsWithProducer = WarpgroupKernel<128, 3, true>;
 // wide one, the narrow ones are faster. Heads up to 128 wide only: three wide stages of wider
 // heads do not fit.
 template <typename T, int kRowTiles, int kStages, typename Body>
-void with_kernel(int64_t dk, int64_t dv, bool wide, Body&& body) {
+void with_kernel(int64_t dk, int64_t dv, bool wide, Body&& body, bool tma = false) {
+  if constexpr (kRowTiles == 1 && std::is_same_v<T, bf16>) {
+    // Narrow decode CTAs whose stages tensor copies fill (decode_page_maps says where they may
+    // run).
+    if (tma && !wide && dk == 128 && dv == 128) {
+      return body(Kernel<T, 128, 128, 1, kStages, kDefaultChunk, 1, true>{});
+    }
+  }
   if constexpr (kRowTiles == 1) {
     if (wide && dk == dv) {
       if (dk == 16) return body(Kernel<T, 16, 16, 1, kStages, kWideChunk>{});
@@ -442,9 +533,20 @@ void paged_attention(const AttentionLayerParams& params, const Tensor& query, co
         d.partials = plan.partials(ctas * d.num_splits * 16 * (dv + d.dv_slices));
         d.counters = plan.counters(ctas * d.dv_slices);
       }
-      with_kernel<T, 1, kDecodeStages>(dk, dv, wide_decode(ctas), [&](auto kernel) {
-        kernel.launch(d, static_cast<int>(decodes), static_cast<int>(decode_row_tiles));
-      });
+      // Tensor copies fill narrow CTAs only. Against cp.async on an H100 they took 0.96-0.99x
+      // the time at batch 64 and 256 (many waves of narrow CTAs, two a multiprocessor), but
+      // 1.12-1.17x at batch 1 and 1.04-1.07x at batch 16 with 512-1k keys (wide CTAs, one a
+      // multiprocessor); docs/performance.md.
+      const bool wide = wide_decode(ctas);
+      const std::optional<PageMaps> maps =
+          wide ? std::nullopt : decode_page_maps(cache, dk, dv, plan.block_size());
+      with_kernel<T, 1, kDecodeStages>(
+          dk, dv, wide,
+          [&](auto kernel) {
+            kernel.launch(d, static_cast<int>(decodes), static_cast<int>(decode_row_tiles),
+                          maps.value_or(PageMaps{}));
+          },
+          maps.has_value());
     }
     const int64_t rest = plan.num_seqs() - decodes;
     if (rest > 0) {

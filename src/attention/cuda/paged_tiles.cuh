@@ -2,6 +2,8 @@
 // queue pages of K and V into it through a window of the block table (see attention_kernel.cuh).
 #pragma once
 
+#include <cuda.h>
+
 #include <cstdint>
 
 #include "attention/cuda/mma.cuh"
@@ -71,6 +73,17 @@ struct Args {
   int context_interleave;
 };
 
+// Decode CTAs that fill their stages by tensor copies (kTma): K's and V's pages described as
+// tensors of [blocks][2 of tokens and heads, in stride order][head_size / 64][64] bf16, whose
+// boxes are kBoxKeys keys of one head (whole rows, swizzled in 128-byte parts), one box a page and
+// tensor. Kernels without kTma ignore them.
+constexpr int kBoxKeys = 16;
+struct PageMaps {
+  CUtensorMap k;
+  CUtensorMap v;
+  int heads_inner;  // 1: the heads' stride is below the tokens' (pages token-major)
+};
+
 // How many of positions [0, position) the rank holds.
 __device__ __forceinline__ int owned_before(const Args& a, int position) {
   if (a.context_size == 1) return position;
@@ -92,10 +105,15 @@ constexpr int kPiece = 16 / static_cast<int>(sizeof(T));
 
 // A kernel's shape for a cache of element type T.
 // kRowTiles: the CTA's tiles of 16 query rows; kWarpTiles: how many of them each warp holds.
+// kTma: a decode CTA whose stages tensor copies fill (bf16 pages, K and V of equal widths in
+// whole 64-column parts).
 template <typename T, int kDk, int kDv, int kRowTiles, int kStageCount, int kChunkKeys,
-          int kWarpTiles = 1>
+          int kWarpTiles = 1, bool kTmaCopies = false>
 struct Shape {
   using Math = MathType<T>;
+  static constexpr bool kTma = kTmaCopies;
+  static_assert(!kTma || (kRowTiles == 1 && std::is_same_v<T, bf16> && kDk == kDv &&
+                          kDk % 64 == 0 && kChunkKeys % kBoxKeys == 0));
   static constexpr bool kWidens = !std::is_same_v<T, Math>;  // e4m3 pages, widened to f16
   static constexpr int kChunk = kChunkKeys;
   static constexpr int kRows = 16 * kRowTiles;
@@ -117,18 +135,27 @@ struct Shape {
   // math-type rows first.
   static constexpr int kRawKStride = kDk + kPiece<T>;
   static constexpr int kRawVStride = kDv + kPiece<T>;
-  static constexpr int kStageBytes = kChunk * (kRawKStride + kRawVStride) * sizeof(T);
+  // Tensor-copied stages: [key][64-column part][64], K then V, each 128-byte row swizzled (its
+  // 16-byte pieces XOR the row's index mod 8), unpadded.
+  static constexpr int kStageBytes =
+      kTma ? kChunk * (kDk + kDv) * 2 : kChunk * (kRawKStride + kRawVStride) * sizeof(T);
   static constexpr int kWideBytes = kWidens ? kChunk * (kKStride + kVStride) * 2 : 0;
   static constexpr int kStages = kStageCount;
   // The end-of-CTA merge: per (key group, row) m, l and an O row padded to kMergeStride floats,
   // so that a warp's float2 stores of its accumulators hit distinct banks.
   static constexpr int kMergeStride = kDv + 8;
   static constexpr int kMergeFloats = kKeyGroups * kRows * (kMergeStride + 2);
-  // Q, then the K/V stages, the widened rows and the table window; the merge reuses the stages.
+  // Tensor-copied stages start on a 1 KiB boundary (the swizzle's period), and each has a barrier
+  // counting its bytes landed and a count of the warps done with it.
+  static constexpr int kAlignBytes = kTma ? 1024 : 0;
+  static constexpr int kBarrierBytes = kTma ? kStages * 16 : 0;
+  // Q, then the K/V stages, the widened rows, the table window and the stages' barriers; the
+  // merge reuses the stages.
+  static constexpr int kStagedBytes =
+      kStages * kStageBytes + kWideBytes + kTableWindow * 4 + kBarrierBytes;
   static constexpr int kSmemBytes =
-      kQElems * 2 + (kStages * kStageBytes + kWideBytes + kTableWindow * 4 > kMergeFloats * 4
-                         ? kStages * kStageBytes + kWideBytes + kTableWindow * 4
-                         : kMergeFloats * 4);
+      kQElems * 2 + kAlignBytes +
+      (kStagedBytes > kMergeFloats * 4 ? kStagedBytes : kMergeFloats * 4);
 };
 
 // The CTA's window of its sequence's block table, in shared memory: block ids of pages
