@@ -9,6 +9,8 @@
 #include <algorithm>
 #include <cstdio>
 #include <map>
+#include <optional>
+#include <set>
 #include <string_view>
 
 #include "engine/engine.h"
@@ -40,7 +42,9 @@ struct GpuPair {
   nlohmann::json reference;
 };
 
-std::unique_ptr<GpuPair> load_gpu_pair(const Pair& pair) {
+// `dtype`: the target's KV pages; `draft_dtype`: the draft model's, where they differ.
+std::unique_ptr<GpuPair> load_gpu_pair(const Pair& pair, DType dtype = DType::kBF16,
+                                       std::optional<DType> draft_dtype = {}) {
   const Device device = Device::cuda(0);
   auto out = std::make_unique<GpuPair>();
   out->config = load_model_config(checkpoint_dir(pair.target));
@@ -52,15 +56,45 @@ std::unique_ptr<GpuPair> load_gpu_pair(const Pair& pair) {
                                            checkpoint_dir(pair.drafter), kDrafts),
                                checkpoint_dir(pair.target), out->config);
   out->drafter = std::make_unique<Drafter>(load_drafter(spec, device));
-  const CacheConfig cache_config = resolve_cache_config(
-      {.dtype = DType::kBF16, .block_size = 16, .max_model_len = 256, .num_blocks = 200},
-      out->config, device);
+  const CacheConfig cache_config = resolve_cache_config({.dtype = dtype,
+                                                         .draft_dtype = draft_dtype,
+                                                         .block_size = 16,
+                                                         .max_model_len = 256,
+                                                         .num_blocks = 200},
+                                                        out->config, device);
   out->plan = plan_cache(out->config, &spec.drafter, cache_config);
   out->cache = allocate_kv_cache(out->plan, device);
   std::ifstream file(std::string(PAGODA_SOURCE_DIR) + "/tests/fixtures/" + pair.target +
                      "/reference.json");
   out->reference = nlohmann::json::parse(file);
   return out;
+}
+
+// The greedy tokens `spec` shares with `plain` (run with top log-probabilities), each prompt's up
+// to its first difference, which must be a near-tie in plain's own log-probabilities (anywhere
+// where `moe`: routing may flip).
+int64_t same_tokens(const std::vector<Request>& plain, const std::vector<Request>& spec, bool moe) {
+  int64_t same = 0;
+  for (size_t p = 0; p < plain.size(); ++p) {
+    const std::vector<SampledToken> want = plain[p].output_tokens();
+    const std::vector<SampledToken> got = spec[p].output_tokens();
+    EXPECT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < std::min(want.size(), got.size()); ++i) {
+      if (got[i].token_id == want[i].token_id) {
+        ++same;
+        continue;
+      }
+      const auto& top = want[i].top;
+      const auto other = std::find_if(top.begin(), top.end(), [&](const TokenLogprob& t) {
+        return t.token_id == got[i].token_id;
+      });
+      EXPECT_TRUE(moe || (other != top.end() && want[i].logprob - other->logprob <= kNearTie))
+          << "prompt " << p << " token " << i << ": " << got[i].token_id << " for "
+          << want[i].token_id;
+      break;  // past a split the sequences differ
+    }
+  }
+  return same;
 }
 
 class CudaSpeculativeTest : public ::testing::TestWithParam<Pair> {};
@@ -97,27 +131,7 @@ TEST_P(CudaSpeculativeTest, GreedyOutputIsTheRunWithoutDrafts) {
                                logprobs == 0 ? "device" : "host"));
       GenerationStats stats;
       const std::vector<Request> spec = run(eager, true, logprobs, &stats);
-      int64_t same = 0;
-      for (size_t p = 0; p < plain.size(); ++p) {
-        const std::vector<SampledToken> want = plain[p].output_tokens();
-        const std::vector<SampledToken> got = spec[p].output_tokens();
-        ASSERT_EQ(got.size(), want.size());
-        for (size_t i = 0; i < want.size(); ++i) {
-          if (got[i].token_id == want[i].token_id) {
-            ++same;
-            continue;
-          }
-          const auto& top = want[i].top;
-          const auto other = std::find_if(top.begin(), top.end(), [&](const TokenLogprob& t) {
-            return t.token_id == got[i].token_id;
-          });
-          EXPECT_TRUE(param.moe ||
-                      (other != top.end() && want[i].logprob - other->logprob <= kNearTie))
-              << "prompt " << p << " token " << i << ": " << got[i].token_id << " for "
-              << want[i].token_id;
-          break;  // past a split the sequences differ
-        }
-      }
+      const int64_t same = same_tokens(plain, spec, param.moe);
       const int64_t total = static_cast<int64_t>(plain.size()) * 24;
       EXPECT_GE(same, param.moe ? total / 4 : total / 2) << same << " of " << total;
       EXPECT_GT(stats.spec_rounds, 0);
@@ -192,6 +206,48 @@ TEST_P(CudaSpeculativeTest, SamplingDraftsJudgedOnTheDeviceAsOnTheHost) {
       static_cast<long long>(device_stats.spec_accepted_tokens),
       static_cast<long long>(device_stats.spec_draft_tokens),
       static_cast<long long>(host_stats.spec_accepted_tokens));
+}
+
+// One pool holding e4m3 pages for the target beside bf16 pages for its draft model (itself, so
+// most drafts are kept): the greedy tokens are the target's alone in an e4m3 pool of its own, up to
+// near-ties (verify steps are shaped otherwise than decode steps).
+TEST(CudaSpeculativeMixedPoolTest, Fp8TargetPagesBesideBf16DrafterPages) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  const Pair param{"llama-tiny", "llama-tiny", "llama_self"};
+  const std::unique_ptr<GpuPair> pair = load_gpu_pair(param, DType::kF8E4M3, DType::kBF16);
+  std::set<DType> dtypes;
+  for (const KvGroup& group : pair->plan.groups)
+    dtypes.insert(group.spec.page.dtype);
+  EXPECT_EQ(dtypes, (std::set<DType>{DType::kF8E4M3, DType::kBF16}));
+  const CacheConfig own = resolve_cache_config(
+      {.dtype = DType::kF8E4M3, .block_size = 16, .max_model_len = 256, .num_blocks = 200},
+      pair->config, Device::cuda(0));
+  const KvCachePlan alone_plan = plan_cache(pair->config, nullptr, own);
+  KvCache alone_cache = allocate_kv_cache(alone_plan, Device::cuda(0));
+  std::vector<GenerationRequest> requests;
+  for (const nlohmann::json& prompt : pair->reference["prompts"]) {
+    requests.push_back(
+        {.prompt_token_ids = prompt["prompt_token_ids"].get<std::vector<int32_t>>(),
+         .params = {.temperature = 0.0, .max_tokens = 24, .ignore_eos = true, .logprobs = 5}});
+  }
+  const EngineConfig engine{.vocab_size = pair->config.vocab_size,
+                            .max_model_len = pair->plan.max_model_len,
+                            .eos_token_ids = pair->config.eos_token_ids};
+  const std::vector<Request> plain =
+      generate(*pair->model, alone_plan, alone_cache, engine, requests, nullptr, nullptr);
+  GenerationStats stats;
+  const std::vector<Request> spec = generate(*pair->model, pair->plan, pair->cache, engine,
+                                             requests, &stats, pair->drafter.get());
+  const int64_t same = same_tokens(plain, spec, false);
+  const int64_t total = static_cast<int64_t>(requests.size()) * 24;
+  EXPECT_GE(same, total / 2) << same << " of " << total;
+  EXPECT_GT(stats.spec_accepted_tokens, stats.spec_draft_tokens / 2);
+  std::printf(
+      "[ cuda spec ] e4m3 target beside bf16 drafter: %lld of %lld tokens as alone; %lld "
+      "of %lld drafts kept\n",
+      static_cast<long long>(same), static_cast<long long>(total),
+      static_cast<long long>(stats.spec_accepted_tokens),
+      static_cast<long long>(stats.spec_draft_tokens));
 }
 
 INSTANTIATE_TEST_SUITE_P(
