@@ -36,17 +36,25 @@ constexpr double kRoundedWeightsMean = 0.1;
 // mimo-fp8-tiny); the mean still holds every position to kRandomMean.
 constexpr double kMoeWorst = 1.5;
 
+// `skips`: layers kept in bf16 beside an e4m3 cache (--kv-cache-dtype-skip-layers).
 ModelRun run(const std::string& name, Device device, bool enforce_eager,
-             const nlohmann::json& prompts, DType cache_dtype = DType::kBF16) {
+             const nlohmann::json& prompts, DType cache_dtype = DType::kBF16,
+             const KvDtypeSkips& skips = {}) {
   const ModelConfig config = load_model_config(checkpoint_dir(name));
   WeightSource weights = WeightSource::from_checkpoint(checkpoint_dir(name));
   weights.set_device(device);
   weights.round_to_bf16_on_host();
   const std::unique_ptr<CausalLm> model = build_causal_lm(config, weights);
-  // Both paths round K and V to the cache's dtype.
-  const CacheConfig cache_config = resolve_cache_config(
-      {.dtype = cache_dtype, .block_size = 4, .max_model_len = 256, .num_blocks = 300}, config,
-      device);
+  // Both paths round K and V to the cache's dtype. Pages of mixed dtypes may not unify by scaling
+  // (bf16 sliding pages as large as e4m3 full ones keep blocks of 4 tokens), so a sequence may
+  // take more blocks than with one dtype.
+  const CacheConfig cache_config = resolve_cache_config({.dtype = cache_dtype,
+                                                         .dtype_skips = skips,
+                                                         .skip_dtype = DType::kBF16,
+                                                         .block_size = 4,
+                                                         .max_model_len = 256,
+                                                         .num_blocks = 600},
+                                                        config, device);
   const KvCachePlan plan = plan_cache(config, nullptr, cache_config);
   const KvCache cache = allocate_kv_cache(plan, device);
   const EngineConfig engine{.vocab_size = config.vocab_size,
@@ -153,6 +161,32 @@ TEST_P(CudaFp8KvParityTest, MatchesTheCpuPath) {
       "[ cuda fp8 ] %s: e4m3 cache, prompt logprobs vs cpu mean %.2e worst %.2e; greedy tokens "
       "before a near-tie split: vs cpu %.2f (the default model only), graphs vs eager %.2f\n",
       name.c_str(), vs_cpu.mean, vs_cpu.worst, vs_cpu_tokens, graphs_vs_eager);
+
+  // --kv-cache-dtype-skip-layers: every layer that owns KV kept in bf16 is the bf16 cache's run,
+  // bit for bit; the sliding-window layers kept in bf16 beside e4m3 pages match the CPU path as
+  // the all-e4m3 cache does.
+  const ModelConfig config = load_model_config(checkpoint_dir(name));
+  KvDtypeSkips every;
+  bool sliding = false;
+  for (size_t i = 0; i < config.layers.size(); ++i) {
+    if (config.layers[i].kv_source == KvSource::kOwn)
+      every.layers.push_back(static_cast<int64_t>(i));
+    sliding = sliding || config.layers[i].kind == AttentionKind::kSliding;
+  }
+  const ModelRun kept = run(name, Device::cuda(0), true, prompts, DType::kF8E4M3, every);
+  const ModelRun bf16 = run(name, Device::cuda(0), true, prompts, DType::kBF16);
+  EXPECT_EQ(compare(kept.prompt_logprobs, bf16.prompt_logprobs).worst, 0.0);
+  EXPECT_EQ(ids_of(kept.tokens), ids_of(bf16.tokens));
+  if (!sliding) return;
+  const KvDtypeSkips windows{.sliding_window = true};
+  const ModelRun cpu_mixed = run(name, Device::cpu(), true, prompts, DType::kF8E4M3, windows);
+  const ModelRun cuda_mixed = run(name, Device::cuda(0), false, prompts, DType::kF8E4M3, windows);
+  const Difference mixed = compare(cuda_mixed.prompt_logprobs, cpu_mixed.prompt_logprobs);
+  EXPECT_LE(mixed.mean, trained ? kRandomMean : kFp8RandomMean);
+  EXPECT_LE(mixed.worst, trained ? kRandomWorst : kFp8RandomWorst);
+  std::printf(
+      "[ cuda fp8 ] %s: sliding layers in bf16 beside e4m3 pages, vs cpu mean %.2e worst %.2e\n",
+      name.c_str(), mixed.mean, mixed.worst);
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, CudaFp8KvParityTest,
