@@ -125,12 +125,7 @@ bool encode_page_map(EncodeTiled encode, const Tensor& view, bool heads_inner, C
 // For measuring one way of filling decode stages against the other inside whole steps:
 // PAGODA_DECODE_TMA=0 keeps the cp.async copies wherever tensor copies could run.
 bool decode_tma_allowed() {
-  static const bool allowed = [] {
-    const char* value = std::getenv("PAGODA_DECODE_TMA");
-    const std::string_view name = value == nullptr ? "1" : value;
-    PAGODA_CHECK(name == "0" || name == "1", "PAGODA_DECODE_TMA is 0 or 1, not '{}'", name);
-    return name == "1";
-  }();
+  static const bool allowed = env_switch("PAGODA_DECODE_TMA");
   return allowed;
 }
 

@@ -2,8 +2,10 @@
 
 #include <array>
 #include <atomic>
+#include <cstdlib>
 #include <mutex>
 #include <string>
+#include <string_view>
 
 #include "core/cuda/context.h"
 #include "core/cuda/device_storage.h"
@@ -85,6 +87,13 @@ int current_device_slot() {
 
 int multiprocessor_count() {
   return state().multiprocessors;
+}
+
+bool env_switch(const char* name) {
+  const char* value = std::getenv(name);
+  const std::string_view text = value == nullptr ? "1" : value;
+  PAGODA_CHECK(text == "0" || text == "1", "{} is 0 or 1, not '{}'", name, text);
+  return text == "1";
 }
 
 bool has_warpgroup_mma() {

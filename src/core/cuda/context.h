@@ -74,4 +74,9 @@ bool has_warpgroup_mma();
 // True while stream() is being captured into a CUDA graph: host synchronisation is forbidden.
 bool stream_is_capturing();
 
+// An on/off switch of the environment, for timing one binary both ways: on where `name` is unset
+// or 1, off where it is 0; InternalError for any other value. Read at every call: callers keep
+// the answer.
+bool env_switch(const char* name);
+
 }  // namespace pagoda::cuda

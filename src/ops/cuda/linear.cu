@@ -528,12 +528,7 @@ void gated_linear(const Tensor& x, const Weight& weight, Activation activation, 
 }
 
 bool fused_launches() {
-  static const bool on = [] {
-    const char* value = std::getenv("PAGODA_FUSED");
-    const std::string_view name = value == nullptr ? "1" : value;
-    PAGODA_CHECK(name == "0" || name == "1", "PAGODA_FUSED is 0 or 1, not '{}'", name);
-    return name == "1";
-  }();
+  static const bool on = env_switch("PAGODA_FUSED");
   return on;
 }
 
