@@ -63,13 +63,16 @@ template <typename Json>
 std::string json_dump(const Json& value) {
   return value.dump(-1, ' ', false, Json::error_handler_t::replace);
 }
-// The same cut to its first 40 bytes, for quoting a value in a message of bounded length.
+// `text` cut to its first 40 bytes (then "..."), for quoting in a message of bounded length.
+inline std::string excerpt(std::string_view text) {
+  constexpr size_t kMaxQuoted = 40;
+  if (text.size() <= kMaxQuoted) return std::string(text);
+  return std::string(text.substr(0, kMaxQuoted)) + "...";
+}
+// json_dump of `value`, cut as excerpt() cuts.
 template <typename Json>
 std::string json_excerpt(const Json& value) {
-  constexpr size_t kMaxQuoted = 40;
-  std::string text = json_dump(value);
-  if (text.size() > kMaxQuoted) text = text.substr(0, kMaxQuoted) + "...";
-  return text;
+  return excerpt(json_dump(value));
 }
 
 [[noreturn]] void json_integer_error(const std::string& shown, int64_t min, int64_t max,

@@ -139,8 +139,7 @@ SamplingParams read_sampling_params(const Json& object, SamplingParams params,
     } else if (key == "prompt_logprobs") {
       params.prompt_logprobs = read_integer(key, value);
     } else {
-      const std::string shown = key.size() > 40 ? key.substr(0, 40) + "..." : key;
-      throw FieldError(fmt::format("unknown request field '{}'", shown), key);
+      throw FieldError(fmt::format("unknown request field '{}'", excerpt(key)), key);
     }
   }
   return params;
