@@ -79,22 +79,30 @@ TEST(BenchCliTest, SampledRequestsStillRunToTheirLength) {
       1, 5);
 }
 
+// llama-tiny's projection weights: per layer q and o 64 x 64, k and v 64 x 32, gate, up and down
+// 64 x 128 (36 864), in 2 layers.
+constexpr int64_t kProjectionParams = 2 * (2 * 64 * 64 + 2 * 64 * 32 + 3 * 64 * 128);
+
+// The --json report of a small batch's bench with `flags`; null (and a test failure) where it
+// fails.
+nlohmann::json small_report(const std::string& flags = "") {
+  const CliRun run =
+      run_bench("--batch-size 2 --input-len 8 --output-len 3 --num-iters 1 --json " + flags);
+  EXPECT_EQ(run.exit_code, 0) << flags << ": " << run.err;
+  return run.exit_code == 0 ? nlohmann::json::parse(run.out) : nlohmann::json();
+}
+
 // Under tensor parallelism the weights reported (and the floor made from them) are one rank's:
 // its half of every projection, with the embeddings, norms and lm_head whole.
 TEST(BenchCliTest, TensorParallelReportsOneRanksWeights) {
-  const std::string shape = "--batch-size 2 --input-len 8 --output-len 3 --num-iters 1 --json";
-  const CliRun one = run_bench(shape);
-  const CliRun two = run_bench(shape + " --tensor-parallel-size 2");
-  ASSERT_EQ(one.exit_code, 0) << one.err;
-  ASSERT_EQ(two.exit_code, 0) << two.err;
-  const nlohmann::json a = nlohmann::json::parse(one.out);
-  const nlohmann::json b = nlohmann::json::parse(two.out);
+  const nlohmann::json a = small_report();
+  const nlohmann::json b = small_report("--tensor-parallel-size 2");
+  ASSERT_FALSE(a.is_null() || b.is_null());
   EXPECT_EQ(a["tensor_parallel_size"], 1);
   EXPECT_EQ(b["tensor_parallel_size"], 2);
   EXPECT_EQ(b["decode_context_parallel_size"], 1);
-  // llama-tiny's projections per layer: q and o 64 x 64, k and v 64 x 32, gate, up and down
-  // 64 x 128: 36 864, in 2 layers. A rank of 2 holds half of them, in f32.
-  const int64_t half = 2 * (2 * 64 * 64 + 2 * 64 * 32 + 3 * 64 * 128) / 2;
+  // A rank of 2 holds half of the projections, in f32.
+  const int64_t half = kProjectionParams / 2;
   EXPECT_EQ(a["weight_params"].get<int64_t>() - b["weight_params"].get<int64_t>(), half);
   EXPECT_EQ(a["streamed_weight_bytes"].get<int64_t>() - b["streamed_weight_bytes"].get<int64_t>(),
             4 * half);
@@ -104,24 +112,18 @@ TEST(BenchCliTest, TensorParallelReportsOneRanksWeights) {
 // FP8 projections quantized at load and e4m3 KV pages: the report says so, and each projection
 // weight streams as one byte (plus a scale a block) where f32 took four.
 TEST(BenchCliTest, Fp8WeightsAndKvPages) {
-  const std::string shape = "--batch-size 2 --input-len 8 --output-len 3 --num-iters 1 --json";
-  const CliRun plain = run_bench(shape);
-  const CliRun fp8 = run_bench(shape + " --quantization fp8 --kv-cache-dtype fp8");
-  ASSERT_EQ(plain.exit_code, 0) << plain.err;
-  ASSERT_EQ(fp8.exit_code, 0) << fp8.err;
-  const nlohmann::json a = nlohmann::json::parse(plain.out);
-  const nlohmann::json b = nlohmann::json::parse(fp8.out);
+  const nlohmann::json a = small_report();
+  const nlohmann::json b = small_report("--quantization fp8 --kv-cache-dtype fp8");
+  ASSERT_FALSE(a.is_null() || b.is_null());
   EXPECT_EQ(a["kv_cache_dtype"], "float32");  // llama-tiny's config dtype
   EXPECT_EQ(b["kv_cache_dtype"], "float8_e4m3");
   EXPECT_EQ(b["weight_dtype"], "float32 (projections float8_e4m3)");
   EXPECT_EQ(a["decode_steps"], b["decode_steps"]);
-  // llama-tiny's 2 layers of projections (see TensorParallelReportsOneRanksWeights): 3 bytes fewer
-  // each, less a few f32 block scales.
-  const int64_t projections = 2 * (2 * 64 * 64 + 2 * 64 * 32 + 3 * 64 * 128);
+  // 3 bytes fewer a projection weight, less a few f32 block scales.
   const int64_t saved =
       a["streamed_weight_bytes"].get<int64_t>() - b["streamed_weight_bytes"].get<int64_t>();
-  EXPECT_LE(saved, 3 * projections);
-  EXPECT_GE(saved, 3 * projections - 4 * 64);
+  EXPECT_LE(saved, 3 * kProjectionParams);
+  EXPECT_GE(saved, 3 * kProjectionParams - 4 * 64);
 }
 
 TEST(BenchCliTest, TableByDefault) {
